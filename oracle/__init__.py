@@ -1,0 +1,1 @@
+"""Independent NumPy oracles. Imports nothing from modeld (a test enforces it)."""
