@@ -1,0 +1,44 @@
+"""Cells: the explicit mapping from a manifest's backend kind to the code that builds the cell.
+
+Manifests (data) live in `cells/manifests/`. Adding a backend means adding one entry here, in
+code: there is no plugin discovery and no string-driven dispatch beyond this table. Imports are
+lazy so that `import modeld.cells` stays light.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from modeld.serving.selection import CellOptions, CellSpec
+
+
+def _llama_cpp(spec: CellSpec, options: CellOptions):
+    from modeld.cells.llama_cpp import LlamaCppCell
+
+    return LlamaCppCell(
+        spec.artifact_path,
+        model_id=spec.model_id,
+        weights_id=spec.weights_id,
+        cell_id=spec.cell_id,
+        n_ctx=options.n_ctx,
+        n_threads=options.n_threads,
+        context_policy=options.context_policy,
+        manifest_version=spec.manifest_version,
+    )
+
+
+def _engine(spec: CellSpec, options: CellOptions):
+    """Our own engine: one specialized cell per model family, bound here in code."""
+    if spec.family == "qwen3_5":
+        from modeld.cells.engine_qwen3_5 import build
+
+        return build(spec, options)
+    from modeld.serving.errors import Unsupported
+
+    raise Unsupported(f"no engine cell for model family {spec.family!r} in this build", param="model")
+
+
+#: backend kind (manifest `backend`) -> factory(spec, options) -> Cell
+CELL_FACTORIES = MappingProxyType({"llama.cpp": _llama_cpp, "engine": _engine})
