@@ -1,0 +1,456 @@
+"""Kernel microbenchmarks on the H200: linear (GEMV / skinny / GEMM, bf16 / fp8 / int4, SwiGLU),
+attention (prefill, split-KV decode), logits; each beside its torch/cuBLAS baseline in the same run.
+
+Method (/work/.library/device/METHOD.md): the ceilings are re-measured first (large device-to-device
+copy, bytes read + written; cuBLAS bf16 GEMM 8192^3). Each case is timed as a CUDA graph of many
+calls rotating over enough input sets to exceed 3x L2 (so weights stream from HBM), replayed
+--reps times: p50/p90 are over replays of (graph time / calls). Memory-bound ops report TB/s and
+fraction = (bytes / copy bandwidth) / p50; compute-bound ops report TFLOP/s and fraction = baseline
+p50 / our p50 (cuBLAS on the same shape) or of the 8192^3 cuBLAS rate (attention prefill).
+Writes kernels.json (all rows, written after every row) under --out and prints a table.
+
+    PYTHONPATH=src:. python3 bench/kernels.py --out $OUT [--sections gemv,decode,...] [--reps 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+ROWS: list[dict] = []
+ENV: dict = {}
+CEIL: dict = {}
+OUT = "."
+
+
+# ----------------------------------------------------------------------------- timing
+def time_calls(call, n_sets: int, reps: int, target_ms: float = 25.0) -> tuple[float, float]:
+    """p50/p90 milliseconds per call of call(i) (i = input set), graph-replayed."""
+    for i in range(n_sets):
+        call(i)
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for i in range(3):
+        call(i % n_sets)
+    e.record()
+    torch.cuda.synchronize()
+    est = max(s.elapsed_time(e) / 3, 1e-3)
+    inner = max(n_sets, min(400, int(target_ms / est)))
+    inner = max(n_sets, inner - inner % n_sets)
+    times = []
+    try:
+        g = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            call(0)  # warm on the side stream (allocator pools)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g, stream=stream):
+                for j in range(inner):
+                    call(j % n_sets)
+        torch.cuda.synchronize()
+        g.replay()
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            s.record()
+            g.replay()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e) / inner)
+        del g
+    except Exception as exc:  # graph capture failed: eager events per call
+        print(f"  (graph capture failed: {type(exc).__name__}: {exc}; timing eagerly)", flush=True)
+        for r in range(reps * 5):
+            s.record()
+            call(r % n_sets)
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+    t = torch.tensor(times)
+    return float(t.quantile(0.5)), float(t.quantile(0.9))
+
+
+def n_sets_for(nbytes: int) -> int:
+    """Input sets needed so that one round exceeds 3x L2 (at most 8)."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    return max(1, min(8, -(-3 * l2 // max(1, nbytes))))
+
+
+def add_row(op, shape, metric, p50, p90, value, unit, fraction, roofline, baseline=None, base_p50=None,
+            config=None, **extra):
+    row = dict(op=op, shape=shape, metric=metric, p50_ms=round(p50, 5), p90_ms=round(p90, 5),
+               value=round(value, 3), unit=unit, fraction=round(fraction, 3) if fraction is not None else None,
+               roofline=roofline, baseline=baseline, baseline_p50_ms=round(base_p50, 5) if base_p50 else None,
+               config=config, **ENV, **extra)
+    ROWS.append(row)
+    print(f"{op:34s} {shape:34s} p50 {p50 * 1e3:9.1f} us  {value:8.2f} {unit:7s} frac "
+          f"{'' if fraction is None else f'{fraction:.3f}':6s} base {'' if not base_p50 else f'{base_p50 * 1e3:.1f} us'}",
+          flush=True)
+    with open(os.path.join(OUT, "kernels.json"), "w") as f:
+        json.dump({"env": ENV, "ceilings": CEIL, "rows": ROWS}, f, indent=1)
+
+
+def guarded(fn):
+    """Run one bench section; a failure is printed and recorded, never fatal."""
+    def wrapper(*a, **k):
+        try:
+            return fn(*a, **k)
+        except Exception as exc:
+            import traceback
+            traceback.print_exc()
+            ROWS.append({"op": fn.__name__, "error": f"{type(exc).__name__}: {str(exc)[:500]}", **ENV})
+        finally:
+            torch.cuda.empty_cache()
+    return wrapper
+
+
+# ----------------------------------------------------------------------------- environment, ceilings
+def environment(commit: str | None) -> dict:
+    import triton
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        driver = "unknown"
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip() or "uncommitted"
+        except Exception:
+            commit = "unknown"
+    return dict(gpu=torch.cuda.get_device_name(), driver=driver, torch=torch.__version__, triton=triton.__version__,
+                commit=commit, date=time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()))
+
+
+def time_eager(call, reps: int) -> tuple[float, float]:
+    """p50/p90 milliseconds of call() timed one launch at a time with CUDA events (no graph)."""
+    call()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        s.record()
+        call()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    t = torch.tensor(times)
+    return float(t.quantile(0.5)), float(t.quantile(0.9))
+
+
+@guarded
+def ceilings(reps):
+    # Three ways to copy 2 GiB; the ceiling is the fastest. (2026-11-29: a graph-captured copy_
+    # became a copy-engine memcpy node at 2.77 TB/s while kernels streamed 4.0 TB/s: never use it
+    # alone as the roofline.)
+    src = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    dst = torch.empty_like(src)
+    nbytes = 2 * src.numel() * 2  # read + write
+    variants = {
+        "eager copy_": time_eager(lambda: dst.copy_(src), reps),
+        "graph copy_": time_calls(lambda i: dst.copy_(src), 1, reps),
+        "graph SM kernel (mul by 1)": time_calls(lambda i: torch.mul(src, 1.0, out=dst), 1, reps),
+    }
+    for name, (p50, p90) in variants.items():
+        tbps = nbytes / (p50 * 1e-3) / 1e12
+        CEIL["copy_TBps"] = max(CEIL.get("copy_TBps", 0.0), tbps)
+        add_row(f"ceiling d2d copy ({name})", "2 GiB", "TB/s (read+write)", p50, p90, tbps, "TB/s", None, "itself")
+    del src, dst
+    a = torch.randn(8192, 8192, device="cuda").bfloat16()
+    b = torch.randn(8192, 8192, device="cuda").bfloat16()
+    p50, p90 = time_calls(lambda i: a @ b, 1, reps)
+    CEIL["cublas_TFLOPs"] = 2 * 8192**3 / (p50 * 1e-3) / 1e12
+    add_row("ceiling cuBLAS bf16 GEMM", "8192^3", "TFLOP/s", p50, p90, CEIL["cublas_TFLOPs"], "TFLOP/s", 1.0, "itself")
+
+
+# ----------------------------------------------------------------------------- linear
+def _make_weights(fmt, n_rows, k, gen):
+    from modeld.kernels.linear import quant
+    w = torch.randn(n_rows, k, device="cuda", generator=gen) / k**0.5
+    if fmt == "bf16":
+        return (w.bfloat16(),), 2 * n_rows * k
+    if fmt == "fp8":
+        return quant.quantize_fp8(w), n_rows * k + 4 * n_rows
+    g = int(fmt.removeprefix("int4g"))
+    return quant.quantize_int4(w, g), n_rows * k // 2 + 4 * n_rows * k // g
+
+
+def _linear_fn(fmt, swiglu):
+    from modeld.kernels.linear import triton as lin
+    base = {"bf16": lin.linear, "fp8": lin.linear_fp8}.get(fmt, lin.linear_int4)
+    if swiglu:
+        base = {"bf16": lin.swiglu_linear, "fp8": lin.swiglu_linear_fp8}.get(fmt, lin.swiglu_linear_int4)
+    return base
+
+
+# (label, N out, K, swiglu) at 27B
+LINEAR_SHAPES = [("mlp gate+up swiglu", 17408, 5120, True), ("mlp down", 5120, 17408, False),
+                 ("gdn in_proj_qkv", 10240, 5120, False), ("attn q_proj", 12288, 5120, False),
+                 ("o_proj/out_proj", 5120, 6144, False)]
+
+
+@guarded
+def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True):
+    from modeld.kernels.linear import configs
+    from modeld.kernels.linear import triton as lin
+    n_rows = 2 * n if swiglu else n
+    _, wbytes = _make_weights(fmt, 1, k, gen)  # bytes per row
+    sets = n_sets_for(wbytes * n_rows)
+    weights = [_make_weights(fmt, n_rows, k, gen)[0] for _ in range(sets)]
+    xs = [torch.randn(m, k, device="cuda", generator=gen).bfloat16() for _ in range(sets)]
+    if config is None:
+        fn = _linear_fn(fmt, swiglu)
+        call = lambda i: fn(xs[i], *weights[i])  # noqa: E731
+        cfg = configs.pick(90, "int4" if fmt.startswith("int4") else fmt, swiglu, m, n, k, False)
+    else:
+        fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)
+        group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
+        call = lambda i: lin._launch(xs[i], *(list(weights[i]) + [None] * (3 - len(weights[i]))), fmt_id,  # noqa: E731
+                                     swiglu, torch.bfloat16, group, config=config)
+        cfg = config
+    p50, p90 = time_calls(call, sets, reps)
+    nbytes = wbytes * n_rows + 2 * m * k + 2 * m * n
+    shape = f"M{m} N{n_rows} K{k} {fmt}"
+    b50 = None
+    if m <= 16:  # memory bound: fraction of the copy roofline; baseline cuBLAS bf16 on the same shape
+        n_base = n_sets_for(2 * n_rows * k) if baseline else 0
+        wb = [torch.randn(n_rows, k, device="cuda", generator=gen).bfloat16() for _ in range(n_base)]
+        if swiglu:
+            base = lambda i: (lambda y: torch.nn.functional.silu(y[:, :n]) * y[:, n:])(xs[0] @ wb[i].T)  # noqa: E731
+        else:
+            base = lambda i: xs[0] @ wb[i].T  # noqa: E731
+        if baseline:
+            b50, _ = time_calls(base, len(wb), reps)
+        tbps = nbytes / (p50 * 1e-3) / 1e12
+        add_row(f"linear{tag} {label}", shape, "TB/s", p50, p90, tbps, "TB/s", tbps / CEIL["copy_TBps"],
+                "copy bandwidth", "torch bf16 (cuBLAS) same shape", b50, cfg.__dict__ if cfg else None)
+    else:
+        wb = weights[0][0] if fmt == "bf16" else torch.randn(n_rows, k, device="cuda", generator=gen).bfloat16()
+        if swiglu:
+            base = lambda i: (lambda y: torch.nn.functional.silu(y[:, :n]) * y[:, n:])(xs[0] @ wb.T)  # noqa: E731
+        else:
+            base = lambda i: xs[0] @ wb.T  # noqa: E731
+        if baseline:
+            b50, _ = time_calls(base, 1, reps)
+        tflops = 2 * m * n_rows * k / (p50 * 1e-3) / 1e12
+        add_row(f"linear{tag} {label}", shape, "TFLOP/s", p50, p90, tflops, "TFLOP/s", b50 / p50 if b50 else None,
+                "cuBLAS bf16 same shape", "torch bf16 (cuBLAS) same shape", b50, cfg.__dict__ if cfg else None)
+
+
+# ----------------------------------------------------------------------------- attention
+@guarded
+def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
+    from modeld.kernels.attention import triton as att
+    q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
+    kc, vc = torch.empty(t, hkv, dh, device="cuda").bfloat16(), torch.empty(t, hkv, dh, device="cuda").bfloat16()
+    p50, p90 = time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, 0, dh**-0.5, gate), 1, reps)
+    qs, ks = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, Dh]
+
+    def base(i):
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, ks, is_causal=True, scale=dh**-0.5, enable_gqa=True)
+        return o * torch.sigmoid(gate.transpose(0, 1)[None])
+    b50, _ = time_calls(base, 1, reps)
+    flops = 4 * hq * dh * t * (t + 1) / 2
+    tf = flops / (p50 * 1e-3) / 1e12
+    add_row(f"attention prefill{tag}", f"T{t} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s", p50, p90, tf, "TFLOP/s",
+            tf / CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate", "torch SDPA causal GQA + gate", b50,
+            dict(att.prefill_config(dh, False).__dict__))
+
+
+@guarded
+def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag=""):
+    from modeld.kernels.attention import triton as att
+    s_cap = length + 64
+    per_set = 2 * bsz * s_cap * hkv * dh * 2
+    sets = n_sets_for(per_set)
+    caches = [(torch.randn(bsz, s_cap, hkv, dh, device="cuda", generator=gen).bfloat16(),
+               torch.randn(bsz, s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()) for _ in range(sets)]
+    q = torch.randn(bsz, hq, dh, device="cuda", generator=gen).bfloat16()
+    gate = torch.randn(bsz, hq, dh, device="cuda", generator=gen).bfloat16()
+    kn = torch.randn(bsz, hkv, dh, device="cuda", generator=gen).bfloat16()
+    lens = torch.full((bsz,), length, dtype=torch.int32, device="cuda")
+    p50, p90 = time_calls(lambda i: att.attention_decode(q, kn, kn, caches[i][0], caches[i][1], lens, dh**-0.5, gate),
+                          sets, reps)
+
+    def base(i):
+        kc, vc = caches[i]
+        ks = kc[:, : length + 1].transpose(1, 2)  # [B, Hkv, L, Dh] (a strided view, as a cache would be)
+        vs = vc[:, : length + 1].transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], ks, vs, scale=dh**-0.5, enable_gqa=True)
+        return o[:, :, 0] * torch.sigmoid(gate)
+    b50, _ = time_calls(base, sets, reps)
+    nbytes = 2 * bsz * (length + 1) * hkv * dh * 2
+    tbps = nbytes / (p50 * 1e-3) / 1e12
+    add_row(f"attention decode{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90, tbps, "TB/s",
+            tbps / CEIL["copy_TBps"], "KV bytes / copy bandwidth", "torch SDPA over the cache + gate", b50,
+            dict(att.decode_config(dh, False).__dict__, splits=att.num_splits(bsz, hkv, s_cap, att.decode_config(
+                dh, False).block_n, torch.cuda.get_device_properties(0).multi_processor_count)))
+
+
+# ----------------------------------------------------------------------------- logits
+@guarded
+def bench_logits(m, v, d, reps, gen):
+    from modeld.kernels.logits import triton as lg
+    lm = torch.randn(v, d, device="cuda", generator=gen).bfloat16()
+    h = torch.randn(m, d, device="cuda", generator=gen).bfloat16()
+    w = torch.randn(d, device="cuda", generator=gen).bfloat16()
+    p50, p90 = time_calls(lambda i: lg.final_norm_logits(h, w, lm, 1e-6), 1, reps)
+
+    def base(i):
+        h32 = h.float()
+        xn = (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + w.float())).bfloat16()
+        return (xn @ lm.T).float()
+    b50, _ = time_calls(base, 1, reps)
+    nbytes = 2 * v * d + 4 * m * v
+    tbps = nbytes / (p50 * 1e-3) / 1e12
+    add_row("logits norm+lm_head", f"M{m} V{v} D{d}", "TB/s", p50, p90, tbps, "TB/s", tbps / CEIL["copy_TBps"],
+            "copy bandwidth", "torch norm + bf16 lm_head (cuBLAS)", b50)
+
+
+# ----------------------------------------------------------------------------- sweeps
+def sweep_gemv(reps, gen):
+    """M = 1 tile candidates (no baselines), incl. the 16-row tl.dot path (cp.async pipelined),
+    which reached 4.03 TB/s at M = 8 in the 2026-11-29 run."""
+    from modeld.kernels.linear.configs import TileConfig as C
+    dot = [C(16, 32, 128, 4, 4), C(16, 64, 128, 4, 4), C(16, 32, 256, 4, 3)]
+    cands = {
+        "bf16": [C(1, 16, 1024, 4, 1, reduce_each_step=True), C(1, 8, 1024, 4, 1, reduce_each_step=True),
+                 C(1, 4, 512, 4, 1), C(1, 8, 512, 4, 1), C(1, 16, 256, 4, 1)] + dot,
+        "int4g128": [C(1, 16, 1024, 4, 1, reduce_each_step=True), C(1, 8, 512, 4, 1)] + dot,
+        "fp8": [C(1, 8, 2048, 4, 1, reduce_each_step=True), C(1, 16, 1024, 4, 1, reduce_each_step=True)] + dot,
+    }
+    for fmt in ("bf16", "int4g128", "fp8"):
+        for label, n, k, sw in LINEAR_SHAPES:
+            for cfg in cands[fmt]:
+                bench_linear(1, fmt, label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+
+
+def sweep_attention(reps, gen):
+    """Decode: tiles and split counts (num_splits patched); prefill Dh 256 tiles."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    default_decode, default_splits = acfg.DECODE[256], att.num_splits
+    for cfg in (acfg.AttentionConfig(16, 64, 8, 3), acfg.AttentionConfig(16, 32, 4, 3), acfg.AttentionConfig(16, 64, 4, 4)):
+        acfg.DECODE[256] = cfg
+        for splits in (32, 64, 128):
+            att.num_splits = lambda *a, _s=splits: _s
+            for length in (8191, 32767):
+                bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=f" [sweep splits={splits}]")
+    acfg.DECODE[256], att.num_splits = default_decode, default_splits
+    default_prefill = acfg.PREFILL[256]
+    for cfg in (acfg.AttentionConfig(128, 64, 8, 2), acfg.AttentionConfig(128, 32, 8, 3), acfg.AttentionConfig(128, 64, 8, 3)):
+        acfg.PREFILL[256] = cfg
+        bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]")
+    acfg.PREFILL[256] = default_prefill
+
+
+def sweep_gemm(reps, gen):
+    from modeld.kernels.linear.configs import TileConfig as C
+    tma = dict(tma=True)  # the opt-in TMA-descriptor GEMM (_gemm_tma_kernel), never measured before
+    for label, n, k, sw in (LINEAR_SHAPES[3], LINEAR_SHAPES[1]):
+        for cfg in (C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma), C(128, 256, 64, 8, 4),
+                    C(256, 128, 64, 8, 3)):
+            bench_linear(4096, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    for cfg in (C(128, 128, 64, 8, 4, **tma), C(128, 128, 64, 8, 3, **tma)):
+        bench_linear(4096, "bf16", *LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    for fmt in ("fp8", "int4g128"):
+        cands = [C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)]
+        if fmt == "fp8":
+            cands += [C(128, 64, 64, 8, 3, **tma), C(128, 128, 64, 8, 3, **tma)]
+        for cfg in cands:
+            bench_linear(4096, fmt, *LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+
+
+SECTIONS = ("gemv", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+
+
+def recurrent(out):
+    """Run helper K1's bench/kernels_recurrent.py cases too, if that file exists."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels_recurrent.py")
+    if not os.path.exists(path):
+        print("bench/kernels_recurrent.py not present; skipped", flush=True)
+        return
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("kernels_recurrent", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.main(["--out", out])
+    except SystemExit:
+        pass
+    except Exception as exc:
+        print(f"kernels_recurrent failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global OUT
+    ap = argparse.ArgumentParser(description="Benchmark modeld's linear / attention / logits Triton kernels "
+                                 "at Qwen3.8-27B shapes on a CUDA GPU, beside torch/cuBLAS baselines.",
+                                 epilog="Writes kernels.json under --out; see the module docstring for the method.")
+    ap.add_argument("--out", required=True, help="folder for kernels.json")
+    ap.add_argument("--reps", type=int, default=15, help="graph replays per case (p50/p90 over these)")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated subset of {','.join(SECTIONS)} (ceilings always run)")
+    ap.add_argument("--no-recurrent", action="store_true", help="skip bench/kernels_recurrent.py")
+    ap.add_argument("--commit", default=os.environ.get("MODELD_COMMIT"), help="commit id to record")
+    args = ap.parse_args(argv)
+    sections = set(args.sections.split(","))
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        print(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("bench/kernels.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    OUT = args.out
+    os.makedirs(OUT, exist_ok=True)
+    ENV.update(environment(args.commit))
+    print(json.dumps(ENV), flush=True)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261129)
+    reps = args.reps
+    ceilings(reps)
+    if "copy_TBps" not in CEIL or "cublas_TFLOPs" not in CEIL:
+        return 1
+    if "gemv" in sections:
+        for label, n, k, sw in LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                bench_linear(1, fmt, label, n, k, sw, reps, gen)
+        bench_linear(1, "int4g32", *LINEAR_SHAPES[0], reps, gen)
+    if "skinny" in sections:
+        for label, n, k, sw in LINEAR_SHAPES[:2]:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                bench_linear(8, fmt, label, n, k, sw, reps, gen)
+    if "logits" in sections:
+        bench_logits(1, 248320, 5120, reps, gen)
+    if "decode" in sections:
+        for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
+            bench_attention_decode(bsz, length, 24, 4, 256, reps, gen)
+    if "prefill" in sections:
+        for t in (2048, 8192):
+            bench_attention_prefill(t, 24, 4, 256, reps, gen)
+    if "gemm" in sections:
+        for label, n, k, sw in (LINEAR_SHAPES[3], LINEAR_SHAPES[0], LINEAR_SHAPES[1]):
+            bench_linear(4096, "bf16", label, n, k, sw, reps, gen)
+        for fmt in ("fp8", "int4g128"):
+            bench_linear(4096, fmt, *LINEAR_SHAPES[0], reps, gen)
+    sweep_reps = max(5, reps // 2)
+    for name, fn in (("sweep-gemv", sweep_gemv), ("sweep-attention", sweep_attention), ("sweep-gemm", sweep_gemm)):
+        if name in sections:
+            fn(sweep_reps, gen)
+    if not args.no_recurrent:
+        recurrent(OUT)
+    print(f"\n{len(ROWS)} rows -> {os.path.join(OUT, 'kernels.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""Input checks shared by the launch wrappers: each raises a named `KernelInputError` subclass.
+
+Nothing here converts a tensor; a wrapper either accepts what it was given or raises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+from modeld.kernels.errors import (
+    KernelDeviceError,
+    KernelDtypeError,
+    KernelShapeError,
+    KernelStrideError,
+    KernelUnavailableError,
+    KernelValueError,
+)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (`TRITON_INTERPRET=1`)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_tensor(
+    name: str,
+    t: object,
+    *,
+    dtypes: Sequence[torch.dtype],
+    shape: Sequence[int | None] | None = None,
+    contiguous: bool = True,
+) -> torch.Tensor:
+    """Check one tensor argument; return it unchanged.
+
+    `shape` entries that are None accept any size. Raises KernelDtypeError, KernelShapeError or
+    KernelStrideError (contiguity means row-major dense, `t.is_contiguous()`).
+    """
+    if not isinstance(t, torch.Tensor):
+        raise KernelDtypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in tuple(dtypes):
+        allowed = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise KernelDtypeError(f"{name} has dtype {str(t.dtype).removeprefix('torch.')}; expected {allowed}")
+    if shape is not None:
+        if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise KernelShapeError(f"{name} has shape {list(t.shape)}; expected {want}")
+    if contiguous and not t.is_contiguous():
+        raise KernelStrideError(f"{name} must be contiguous (strides {t.stride()} for shape {list(t.shape)})")
+    return t
+
+
+def same_device(**tensors: torch.Tensor | None) -> torch.device:
+    """All given (non-None) tensors share one device; return it. Raises KernelDeviceError."""
+    present = {k: v for k, v in tensors.items() if v is not None}
+    devices = {v.device for v in present.values()}
+    if len(devices) != 1:
+        where = ", ".join(f"{k}={v.device}" for k, v in present.items())
+        raise KernelDeviceError(f"tensors must share one device; got {where}")
+    (device,) = devices
+    return device
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
+    """`same_device`, and that device can run Triton here; return it.
+
+    Raises KernelDeviceError on a mix of devices, KernelUnavailableError for CPU tensors outside the
+    interpreter (the Triton path needs CUDA or TRITON_INTERPRET=1).
+    """
+    device = same_device(**tensors)
+    if device.type == "cpu" and not interpreting():
+        raise KernelUnavailableError(
+            "the Triton path needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); use the reference"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise KernelDeviceError(f"unsupported device {device} for a Triton kernel")
+    return device
+
+
+def check_positive(name: str, value: float) -> float:
+    """A strictly positive finite float (eps, theta, ...); raises KernelValueError otherwise."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+        raise KernelValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)

@@ -1,0 +1,309 @@
+"""Causal GQA attention in Triton: the same functions as `attention.reference` (that is the spec).
+
+Kernels:
+* `_kv_write_kernel`  copies the new K/V rows into the token-major cache (prefill: positions
+  start + t; decode: position cache_lens[b]; writes at positions >= S are dropped, never wrapped).
+* `_prefill_kernel`   flash-attention forward: one program per (BLOCK_M queries, query head),
+  online softmax in fp32 (exp2 domain), keys read from the cache (prefix + the new tokens).
+* `_decode_split_kernel` + `_decode_combine_kernel`: flash-decoding. Phase 1: one program per
+  (sequence, KV head, split) handles all Hq/Hkv query heads of the group against one slice of the
+  cache (K/V read once per group) and writes a partial output and its log2-sum-exp; phase 2 merges
+  the NUM_SPLITS partials per (sequence, query head) and applies the output gate. NUM_SPLITS depends
+  on (B, Hkv, S, SM count) only, never on the current length, so a captured CUDA graph stays valid;
+  each split covers ceil(len / NUM_SPLITS) positions of the CURRENT length, read on the device.
+Interpreter note: under TRITON_INTERPRET=1 dots run on fp32 tiles (DOT_F32; triton 3.6.0's
+interpreter mis-computes bf16 tl.dot); GPU runs use bf16 operands and fp32 accumulators.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels.attention.configs import decode_config, prefill_config
+from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
+
+__all__ = ["attention_prefill", "attention_decode"]
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, start, S,
+                     stride_kt, stride_kh, stride_vt, stride_vh, stride_cb, stride_cs, stride_ch,
+                     POS_FROM_PTR: tl.constexpr, HEAD_DIM: tl.constexpr):
+    r = tl.program_id(0)  # token (prefill) or sequence (decode)
+    h = tl.program_id(1)
+    if POS_FROM_PTR:
+        pos = tl.load(pos_ptr + r)
+        base = r.to(tl.int64) * stride_cb  # decode: row r is sequence r
+    else:
+        pos = start + r
+        base = tl.zeros([], dtype=tl.int64)  # prefill: one sequence
+    d = tl.arange(0, HEAD_DIM)
+    ok = (d < HEAD_DIM) & (pos < S)
+    dst = base + pos.to(tl.int64) * stride_cs + h * stride_ch + d
+    kk = tl.load(k_ptr + r * stride_kt + h * stride_kh + d)
+    vv = tl.load(v_ptr + r * stride_vt + h * stride_vh + d)
+    tl.store(kc_ptr + dst, kk, mask=ok)
+    tl.store(vc_ptr + dst, vv, mask=ok)
+
+
+@triton.jit
+def _prefill_kernel(q_ptr, g_ptr, kc_ptr, vc_ptr, o_ptr, T, start, qk_scale,
+                    stride_qt, stride_qh, stride_gt, stride_gh, stride_cs, stride_ch, stride_ot, stride_oh,
+                    GQA: tl.constexpr, HAS_GATE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr):
+    pid_m = tl.program_id(0)
+    h = tl.program_id(1)
+    kvh = h // GQA
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, HEAD_DIM)
+    m_ok = offs_m < T
+    q = tl.load(q_ptr + offs_m[:, None] * stride_qt + h * stride_qh + d[None, :], mask=m_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    q_pos = start + offs_m  # absolute positions; every row sees key 0, so no row is all -inf
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    hi = tl.minimum(start + (pid_m + 1) * BLOCK_M, start + T)  # keys this block can see
+    kv_base = kvh * stride_ch
+    for n0 in range(0, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < hi
+        kt = tl.load(kc_ptr + kv_base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale  # [BM, BN], log2 units
+        s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(vc_ptr + kv_base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    o = acc / l_i[:, None]
+    if HAS_GATE:
+        g = tl.load(g_ptr + offs_m[:, None] * stride_gt + h * stride_gh + d[None, :], mask=m_ok[:, None], other=0.0)
+        o = o * tl.sigmoid(g.to(tl.float32))
+    tl.store(o_ptr + offs_m[:, None] * stride_ot + h * stride_oh + d[None, :], o.to(tl.bfloat16), mask=m_ok[:, None])
+
+
+@triton.jit
+def _decode_split_kernel(q_ptr, kc_ptr, vc_ptr, lens_ptr, po_ptr, plse_ptr, qk_scale, S, HKV, HQ,
+                         stride_qb, stride_qh, stride_cb, stride_cs, stride_ch,
+                         GQA: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_F32: tl.constexpr):
+    bk = tl.program_id(0)  # b * Hkv + kv head
+    split = tl.program_id(1)
+    b = bk // HKV
+    kvh = bk % HKV
+    kv_len = tl.minimum(tl.load(lens_ptr + b) + 1, S)  # the new token is already in the cache
+    chunk = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    s0 = split * chunk
+    s1 = tl.minimum(s0 + chunk, kv_len)
+    hh = tl.arange(0, BLOCK_H)
+    h_ok = hh < GQA
+    heads = kvh * GQA + hh
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=h_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
+    base = b.to(tl.int64) * stride_cb + kvh * stride_ch
+    for n0 in range(s0, s1, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < s1
+        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale
+        s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    has = l_i > 0  # an empty split (s0 >= kv_len) leaves l = 0 and contributes weight 0
+    o = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    row = (b * HQ + heads) * NUM_SPLITS + split  # partials [B, Hq, NUM_SPLITS, (Dh)]
+    tl.store(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], o, mask=h_ok[:, None])
+    tl.store(plse_ptr + row, lse, mask=h_ok)
+
+
+@triton.jit
+def _decode_combine_kernel(po_ptr, plse_ptr, g_ptr, o_ptr, HQ, stride_gb, stride_gh, stride_ob, stride_oh,
+                           NUM_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_GATE: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    sp = tl.arange(0, NUM_SPLITS)
+    d = tl.arange(0, HEAD_DIM)
+    row = (b * HQ + h) * NUM_SPLITS + sp
+    lse = tl.load(plse_ptr + row)  # split 0 always holds >= 1 key, so the max is finite
+    w = tl.exp2(lse - tl.max(lse, axis=0))
+    part = tl.load(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :])
+    o = tl.sum(part * w[:, None], axis=0) / tl.sum(w, axis=0)
+    if HAS_GATE:
+        g = tl.load(g_ptr + b * stride_gb + h * stride_gh + d).to(tl.float32)
+        o = o * tl.sigmoid(g)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + d, o.to(tl.bfloat16))
+
+
+def _check_last_dim_unit(name: str, t: torch.Tensor) -> None:
+    if t.stride(-1) != 1:
+        raise KernelStrideError(f"{name} needs a unit stride on its last dim (strides {t.stride()})")
+
+
+def _check_scale(scale: float) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < math.inf):
+        raise KernelValueError(f"scale must be a positive finite number, got {scale!r}")
+    return float(scale)
+
+
+def _check_heads(hq: int, hkv: int, dh: int) -> None:
+    if hkv == 0 or hq % hkv:
+        raise KernelShapeError(f"Hq={hq} must be a positive multiple of Hkv={hkv}")
+    if dh < 16 or dh & (dh - 1):
+        raise KernelShapeError(f"head dim Dh={dh} must be a power of two >= 16")
+
+
+def attention_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    start: int,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Prefill T tokens at positions start..start+T-1 (see the reference for the spec).
+
+    MUTATES k_cache/v_cache rows start..start+T-1. Raises KernelInputError subclasses on bad input.
+    """
+    bf16 = (torch.bfloat16,)
+    check_tensor("q", q, dtypes=bf16, shape=(None, None, None), contiguous=False)
+    t, hq, dh = q.shape
+    check_tensor("k_cache", k_cache, dtypes=bf16, shape=(None, None, dh))
+    s_cap, hkv, _ = k_cache.shape
+    check_tensor("v_cache", v_cache, dtypes=bf16, shape=(s_cap, hkv, dh))
+    check_tensor("k", k, dtypes=bf16, shape=(t, hkv, dh), contiguous=False)
+    check_tensor("v", v, dtypes=bf16, shape=(t, hkv, dh), contiguous=False)
+    if gate is not None:
+        check_tensor("gate", gate, dtypes=bf16, shape=(t, hq, dh), contiguous=False)
+    for name, x in (("q", q), ("k", k), ("v", v)) + ((("gate", gate),) if gate is not None else ()):
+        _check_last_dim_unit(name, x)
+    _check_heads(hq, hkv, dh)
+    scale = _check_scale(scale)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
+        raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
+    device = check_same_device(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, gate=gate)
+    o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
+    if t == 0:
+        return o
+    _kv_write_kernel[(t, hkv)](
+        k, v, k_cache, v_cache, k_cache, start, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
+    cfg = prefill_config(dh, interpreting())
+    g = gate if gate is not None else q
+    _prefill_kernel[(triton.cdiv(t, cfg.block_m), hq)](
+        q, g, k_cache, v_cache, o, t, start, scale * _LOG2E,
+        q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
+        o.stride(0), o.stride(1),
+        GQA=hq // hkv, HAS_GATE=gate is not None, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return o
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8  # the interpreter: small, so tests see several splits
+
+
+def num_splits(batch: int, hkv: int, s_cap: int, block_n: int, sm_count: int) -> int:
+    """Splits per (sequence, KV head): a power of two filling about one wave of programs.
+
+    Depends on the cache CAPACITY, never on the current length (CUDA-graph safe).
+    """
+    want = max(1, sm_count // max(1, batch * hkv))
+    splits = 1 << (want.bit_length() - 1)  # largest power of two <= want
+    max_useful = 1 << max(0, (triton.cdiv(s_cap, block_n) - 1).bit_length())
+    return max(1, min(splits, 64, max_useful))
+
+
+def attention_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_lens: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One new token per sequence over a long cache, split-KV (see the reference for the spec).
+
+    MUTATES k_cache[b, cache_lens[b]] and v_cache[b, cache_lens[b]]. cache_lens is read on the device
+    (no host sync); a value >= S is not checked here (its write is dropped and the read clamped).
+    """
+    bf16 = (torch.bfloat16,)
+    check_tensor("q", q, dtypes=bf16, shape=(None, None, None), contiguous=False)
+    bsz, hq, dh = q.shape
+    check_tensor("k_cache", k_cache, dtypes=bf16, shape=(bsz, None, None, dh))
+    _, s_cap, hkv, _ = k_cache.shape
+    check_tensor("v_cache", v_cache, dtypes=bf16, shape=(bsz, s_cap, hkv, dh))
+    check_tensor("k", k, dtypes=bf16, shape=(bsz, hkv, dh), contiguous=False)
+    check_tensor("v", v, dtypes=bf16, shape=(bsz, hkv, dh), contiguous=False)
+    check_tensor("cache_lens", cache_lens, dtypes=(torch.int32,), shape=(bsz,))
+    if gate is not None:
+        check_tensor("gate", gate, dtypes=bf16, shape=(bsz, hq, dh), contiguous=False)
+    for name, x in (("q", q), ("k", k), ("v", v)) + ((("gate", gate),) if gate is not None else ()):
+        _check_last_dim_unit(name, x)
+    _check_heads(hq, hkv, dh)
+    scale = _check_scale(scale)
+    if s_cap == 0:
+        raise KernelShapeError("the KV cache has S = 0 positions")
+    device = check_same_device(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, cache_lens=cache_lens, gate=gate)
+    o = torch.empty((bsz, hq, dh), dtype=torch.bfloat16, device=device)
+    if bsz == 0:
+        return o
+    _kv_write_kernel[(bsz, hkv)](
+        k, v, k_cache, v_cache, cache_lens, 0, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), POS_FROM_PTR=True, HEAD_DIM=dh, num_warps=1)
+    cfg = decode_config(dh, interpreting())
+    splits = num_splits(bsz, hkv, s_cap, cfg.block_n, _sm_count(device))
+    part_o = torch.empty((bsz, hq, splits, dh), dtype=torch.float32, device=device)
+    part_lse = torch.empty((bsz, hq, splits), dtype=torch.float32, device=device)
+    gqa = hq // hkv
+    _decode_split_kernel[(bsz * hkv, splits)](
+        q, k_cache, v_cache, cache_lens, part_o, part_lse, scale * _LOG2E, s_cap, hkv, hq,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        GQA=gqa, BLOCK_H=max(16, triton.next_power_of_2(gqa)), HEAD_DIM=dh, BLOCK_N=cfg.block_n,
+        NUM_SPLITS=splits, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    g = gate if gate is not None else q
+    _decode_combine_kernel[(bsz, hq)](
+        part_o, part_lse, g, o, hq, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        NUM_SPLITS=splits, HEAD_DIM=dh, HAS_GATE=gate is not None, num_warps=4 if dh >= 128 else 2)
+    return o

@@ -1,0 +1,364 @@
+"""Linear layers in Triton: the same functions as `linear.reference` (that module is the spec).
+
+One kernel, `_matmul_kernel`, specialised by constexpr features:
+* FORMAT 0 bf16 / 1 fp8 e4m3 (per-channel scale applied after the K sum, where it factors out) /
+  2 int4 groupwise asymmetric (dequantised in the tile: q * scale + min, groups along K);
+* SWIGLU: read gate rows n and up rows n + F of one concatenated weight, return silu(g) * u;
+* BLOCK_M == 1: the batch-1 GEMV path, fp32 FMAs (memory bound, no tensor cores), accumulating
+  either a [BLOCK_N, BLOCK_K] tile reduced once, or (REDUCE_EACH_STEP) a [BLOCK_N] vector reduced
+  every step, which lets BLOCK_K grow to 1024-2048 (8-16 KB per step). Not software-pipelined:
+  Triton 3.6 pipelines only loads feeding tl.dot, so bytes in flight = resident programs x tile.
+* BLOCK_M >= 16: tl.dot tiles (mma.sync for the 16-row skinny decode tile, wgmma for the 128-row
+  prefill tile on sm_90), cp.async-pipelined over num_stages.
+`_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
+host tensor descriptors; a tile config opts in with `tma=True` (unmeasured: no default uses it).
+Tile sizes come from `configs.pick` (data keyed by the exact shape), never from autotuning.
+Measured fractions of roofline: KNOWLEDGE/findings/kernels-linear-attention-h200.md; instruction
+evidence (HGMMA, LDGSTS, LDG.128, spills): KNOWLEDGE/findings/hopper-feasibility-triton-3.6.md.
+
+Precision: the GEMV path (M == 1) computes in fp32 from the exactly dequantised weight, like the
+reference. The tensor-core paths (M > 1) multiply bf16 operands: bf16 and fp8 weights convert to
+bf16 exactly, but a dequantised int4 weight (q * scale + min) is rounded to bf16 before the dot, as
+in every w4a16 MMA kernel; with SwiGLU that rounding can exceed the bf16 output tolerance where gate
+or up is small, so GPU tests compare int4 M > 1 against the spec applied to the bf16-rounded weight.
+
+Interpreter note: triton 3.6.0's CPU interpreter computes wrong tl.dot results for bf16 operands,
+so under TRITON_INTERPRET=1 the tiles are cast to fp32 before every dot (DOT_F32); GPU runs use bf16.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
+from modeld.kernels.linear.configs import TileConfig, pick
+
+__all__ = [
+    "linear",
+    "linear_fp8",
+    "linear_int4",
+    "swiglu_linear",
+    "swiglu_linear_fp8",
+    "swiglu_linear_int4",
+]
+
+FMT_BF16, FMT_FP8, FMT_INT4 = 0, 1, 2
+_FMT_NAMES = {FMT_BF16: "bf16", FMT_FP8: "fp8", FMT_INT4: "int4"}
+
+
+@triton.jit
+def _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
+                      FORMAT: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """W[rows, k0:k0+BLOCK_K] -> [BLOCK_N, BLOCK_K]: raw bf16/fp8 values, or dequantised fp32 (int4).
+
+    Out-of-range rows/columns read as 0. For int4 a tile spans NG whole groups (BLOCK_K >= GROUP)
+    or lies inside one group (GROUP % BLOCK_K == 0); the wrapper guarantees one of the two.
+    KH = K // 2 is passed as its own argument, not computed here: the JIT then knows it is a multiple
+    of 16 (when K % 32 == 0) and the packed-byte mask stays constant over 16 bytes, so the loads
+    vectorise to LDG.128 (with `K // 2` in the kernel they were LDG.64: only K's divisibility is known).
+    """
+    if FORMAT == 2:
+        kh = k0 // 2 + tl.arange(0, BLOCK_K // 2)  # packed byte columns
+        p = tl.load(w_ptr + rows[:, None] * stride_w + kh[None, :],
+                    mask=row_mask[:, None] & (kh < KH)[None, :], other=0)  # [BN, BK/2] u8
+        # nibble -> exact fp32 via ((q | 0x4B000000) as fp32) - 2^23: LOP3 + FADD, not a quarter-rate I2F
+        lo = ((p & 0xF).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j]
+        hi = ((p >> 4).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j+1]
+        q = tl.reshape(tl.join(lo, hi), [BLOCK_N, NG, BLOCK_K // NG])  # k order: lo0 hi0 lo1 hi1 ...
+        grp = k0 // GROUP + tl.arange(0, NG)
+        gmask = row_mask[:, None] & (grp < K // GROUP)[None, :]
+        s = tl.load(ws_ptr + rows[:, None] * stride_s + grp[None, :], mask=gmask, other=0.0).to(tl.float32)
+        m = tl.load(wm_ptr + rows[:, None] * stride_s + grp[None, :], mask=gmask, other=0.0).to(tl.float32)
+        w = q * s[:, :, None] + m[:, :, None]  # [BN, NG, BK/NG]
+        return tl.reshape(w, [BLOCK_N, BLOCK_K])
+    else:
+        ks = k0 + tl.arange(0, BLOCK_K)
+        return tl.load(w_ptr + rows[:, None] * stride_w + ks[None, :],
+                       mask=row_mask[:, None] & (ks < K)[None, :], other=0.0)
+
+
+@triton.jit
+def _matmul_kernel(x_ptr, w_ptr, ws_ptr, wm_ptr, y_ptr,
+                   M, N, K, KH, stride_xm, stride_w, stride_s, stride_ym, up_offset,
+                   FORMAT: tl.constexpr, SWIGLU: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, REDUCE_EACH_STEP: tl.constexpr, DOT_F32: tl.constexpr):
+    # y[m, n] = sum_k x[m, k] W[n, k]  (SWIGLU: silu(. with rows n) * (. with rows n + up_offset))
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Grouped ordering: GROUP_M row blocks sweep the N blocks together so W tiles stay in L2.
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if BLOCK_M == 1:
+        # REDUCE_EACH_STEP: reduce w*x over K every step into [BN] (registers independent of BK, so
+        # BK can be large: 8-16 KB of weights per program per step); else accumulate [BN, BK] and
+        # reduce once (fewer shuffles, but BK is limited by registers).
+        if REDUCE_EACH_STEP:
+            acc_g = tl.zeros([BLOCK_N], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N], dtype=tl.float32)
+        else:
+            acc_g = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            xv = tl.load(x_ptr + pid_m * stride_xm + ks, mask=ks < K, other=0.0).to(tl.float32)
+            wg = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
+                                   FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
+            if REDUCE_EACH_STEP:
+                acc_g += tl.sum(wg.to(tl.float32) * xv[None, :], axis=1)
+            else:
+                acc_g += wg.to(tl.float32) * xv[None, :]
+            if SWIGLU:
+                wu = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows + up_offset, row_mask, k0, K, KH, stride_w,
+                                       stride_s, FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
+                if REDUCE_EACH_STEP:
+                    acc_u += tl.sum(wu.to(tl.float32) * xv[None, :], axis=1)
+                else:
+                    acc_u += wu.to(tl.float32) * xv[None, :]
+        if REDUCE_EACH_STEP:
+            g = acc_g[None, :]  # [1, BN]
+            u = acc_u[None, :]
+        else:
+            g = tl.sum(acc_g, axis=1)[None, :]
+            u = tl.sum(acc_u, axis=1)[None, :]
+    else:
+        g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            xt = tl.load(x_ptr + ms[:, None] * stride_xm + ks[None, :],
+                         mask=(ms < M)[:, None] & (ks < K)[None, :], other=0.0)  # [BM, BK] bf16
+            wg = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
+                                   FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
+            if DOT_F32:
+                g = tl.dot(xt.to(tl.float32), tl.trans(wg.to(tl.float32)), g)
+            else:
+                g = tl.dot(xt, tl.trans(wg.to(tl.bfloat16)), g)
+            if SWIGLU:
+                wu = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows + up_offset, row_mask, k0, K, KH, stride_w,
+                                       stride_s, FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
+                if DOT_F32:
+                    u = tl.dot(xt.to(tl.float32), tl.trans(wu.to(tl.float32)), u)
+                else:
+                    u = tl.dot(xt, tl.trans(wu.to(tl.bfloat16)), u)
+    if FORMAT == 1:  # per-output-channel scale factors out of the K sum
+        g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
+        if SWIGLU:
+            u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
+    if SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    else:
+        out = g
+    tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=(ms < M)[:, None] & row_mask[None, :])
+
+
+@triton.jit
+def _gemm_tma_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                     FORMAT: tl.constexpr, SWIGLU: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr, DOT_F32: tl.constexpr):
+    # The prefill GEMM with x and W tiles moved by the TMA engine (host tensor descriptors; out-of-
+    # bounds rows/columns arrive as zeros). bf16 or fp8 weights (FORMAT 0/1); same epilogue as
+    # _matmul_kernel. For SWIGLU the descriptor spans all 2F rows: up rows are n + up_offset.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+    g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16
+        wg = w_desc.load([pid_n * BLOCK_N, k0])  # [BN, BK]
+        if DOT_F32:
+            g = tl.dot(xt.to(tl.float32), tl.trans(wg.to(tl.float32)), g)
+        else:
+            g = tl.dot(xt, tl.trans(wg.to(tl.bfloat16)), g)
+        if SWIGLU:
+            wu = w_desc.load([pid_n * BLOCK_N + up_offset, k0])
+            if DOT_F32:
+                u = tl.dot(xt.to(tl.float32), tl.trans(wu.to(tl.float32)), u)
+            else:
+                u = tl.dot(xt, tl.trans(wu.to(tl.bfloat16)), u)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if FORMAT == 1:
+        g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
+        if SWIGLU:
+            u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
+    if SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    else:
+        out = g
+    tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=(ms < M)[:, None] & row_mask[None, :])
+
+
+def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) -> torch.Tensor:
+    """The TMA GEMM (cfg.tma): descriptors need 16-byte aligned bases and row strides."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = x.shape
+    if fmt == FMT_INT4 or cfg.block_m < 16:
+        raise KernelValueError("tile config tma=True is for bf16/fp8 weights with block_m >= 16")
+    for name, t in (("x", x), ("weight", w)):
+        if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+            raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
+    x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
+    w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    _gemm_tma_kernel[grid](
+        x_desc, w_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
+        FORMAT=fmt, SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y
+
+
+def _sm(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def _check_common(x: torch.Tensor, out_dtype: torch.dtype) -> None:
+    check_tensor("x", x, dtypes=(torch.bfloat16,), shape=(None, None))
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise KernelValueError(f"out_dtype must be bfloat16 or float32, got {out_dtype}")
+    if x.shape[1] == 0:
+        raise KernelShapeError("x has K = 0 input features")
+
+
+def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group: int = 0,
+            config: TileConfig | None = None) -> torch.Tensor:
+    """Allocate y, pick the tile config, launch. Inputs were checked by the public wrapper."""
+    device = check_same_device(x=x, w=w, ws=ws, wm=wm)
+    m, k = x.shape
+    n_rows = w.shape[0]
+    if swiglu and n_rows % 2:
+        raise KernelShapeError(f"a gate/up weight must have an even number of rows (2F), got {n_rows}")
+    n = n_rows // 2 if swiglu else n_rows
+    y = torch.empty((m, n), dtype=out_dtype, device=device)
+    if m == 0 or n == 0:
+        return y
+    cfg = config or pick(_sm(device), _FMT_NAMES[fmt], swiglu, m, n, k, interpreting())
+    if cfg.tma:
+        return _launch_tma(x, w, ws, y, fmt, swiglu, n, cfg)
+    ng = 1
+    if fmt == FMT_INT4:
+        if cfg.block_k >= group:
+            ng = cfg.block_k // group
+        elif group % cfg.block_k:
+            raise KernelValueError(f"tile block_k={cfg.block_k} neither covers nor divides group size {group}")
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    dummy = w  # unused pointer slots still need a tensor
+    _matmul_kernel[grid](
+        x, w, ws if ws is not None else dummy, wm if wm is not None else dummy, y,
+        m, n, k, k // 2, x.stride(0), w.stride(0), ws.stride(0) if fmt == FMT_INT4 else 0, y.stride(0), n,
+        FORMAT=fmt, SWIGLU=swiglu, GROUP=max(group, 1), NG=ng,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        REDUCE_EACH_STEP=cfg.reduce_each_step,
+        DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y
+
+
+def _check_bf16(x, weight):
+    check_tensor("weight", weight, dtypes=(torch.bfloat16,), shape=(None, x.shape[1]))
+
+
+def _check_fp8(x, weight, weight_scale):
+    check_tensor("weight", weight, dtypes=(torch.float8_e4m3fn,), shape=(None, x.shape[1]))
+    check_tensor("weight_scale", weight_scale, dtypes=(torch.float32,), shape=(weight.shape[0],))
+
+
+def _check_int4(x, qweight, scales, mins) -> int:
+    k = x.shape[1]
+    if k % 2:
+        raise KernelShapeError(f"int4 weights need an even K, got K={k}")
+    check_tensor("qweight", qweight, dtypes=(torch.uint8,), shape=(None, k // 2))
+    check_tensor("scales", scales, dtypes=(torch.float16,), shape=(qweight.shape[0], None))
+    check_tensor("mins", mins, dtypes=(torch.float16,), shape=tuple(scales.shape))
+    n_groups = scales.shape[1]
+    if n_groups == 0 or k % n_groups:
+        raise KernelShapeError(f"scales has {n_groups} groups, which does not divide K={k}")
+    group = k // n_groups
+    if group < 2 or group & (group - 1):
+        raise KernelShapeError(f"int4 group size must be a power of two >= 2, got G={group}")
+    return group
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """bf16 linear: x [M, K] bf16, weight [N, K] bf16 -> y [M, N] (`out_dtype`). Raises KernelInputError."""
+    _check_common(x, out_dtype)
+    _check_bf16(x, weight)
+    return _launch(x, weight, None, None, FMT_BF16, False, out_dtype)
+
+
+def linear_fp8(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """fp8 weights: x [M, K] bf16, weight e4m3 [N, K], weight_scale fp32 [N] -> y [M, N]."""
+    _check_common(x, out_dtype)
+    _check_fp8(x, weight, weight_scale)
+    return _launch(x, weight, weight_scale, None, FMT_FP8, False, out_dtype)
+
+
+def linear_int4(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    mins: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """int4 groupwise weights: x [M, K] bf16, qweight u8 [N, K/2], scales/mins fp16 [N, K/G] -> [M, N]."""
+    _check_common(x, out_dtype)
+    group = _check_int4(x, qweight, scales, mins)
+    return _launch(x, qweight, scales, mins, FMT_INT4, False, out_dtype, group)
+
+
+def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """SwiGLU MLP input half: x [M, K] bf16, weight [2F, K] bf16 (gate rows, then up rows) -> [M, F]."""
+    _check_common(x, out_dtype)
+    _check_bf16(x, weight)
+    return _launch(x, weight, None, None, FMT_BF16, True, out_dtype)
+
+
+def swiglu_linear_fp8(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """SwiGLU with fp8 weights: weight e4m3 [2F, K], weight_scale fp32 [2F] -> [M, F]."""
+    _check_common(x, out_dtype)
+    _check_fp8(x, weight, weight_scale)
+    return _launch(x, weight, weight_scale, None, FMT_FP8, True, out_dtype)
+
+
+def swiglu_linear_int4(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    mins: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """SwiGLU with int4 weights: qweight u8 [2F, K/2], scales/mins fp16 [2F, K/G] -> [M, F]."""
+    _check_common(x, out_dtype)
+    group = _check_int4(x, qweight, scales, mins)
+    return _launch(x, qweight, scales, mins, FMT_INT4, True, out_dtype, group)
