@@ -1,0 +1,129 @@
+"""Causal depthwise conv1d + SiLU in Triton. Same functions, signatures and rounding as
+`reference.py` (the spec). The width W is a constexpr; T and B are runtime values.
+
+Prefill: grid (T-blocks, C-blocks). Only the first T-block reads the old state, and that same
+program writes the final state after its reads, so no other program races with the update.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels._checks import check_same_device
+from modeld.kernels._tl import round_f32, round_to
+from modeld.kernels.conv1d.reference import check_conv_inputs
+
+__all__ = ["causal_conv1d_prefill", "causal_conv1d_decode"]
+
+
+@triton.jit
+def _silu_round(acc, act: tl.constexpr):
+    a = round_f32(acc, act)  # the conv output is rounded before SiLU, as in HF
+    return round_to(a / (1.0 + tl.exp(-a)), act)
+
+
+@triton.jit
+def _conv_prefill_kernel(
+    x_ptr, w_ptr, state_ptr, y_ptr, T, C, stride_xt,
+    W: tl.constexpr, W_ROWS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ts = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cmask = cs < C
+    acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+    for j in tl.static_range(W):
+        tau = ts - (W - 1) + j  # input time; < 0 reads the state row W-1+tau
+        in_x = (tau >= 0) & (ts < T)
+        in_s = (tau < 0) & (ts < T)
+        xv = tl.load(x_ptr + tau[:, None].to(tl.int64) * stride_xt + cs[None, :],
+                     mask=in_x[:, None] & cmask[None, :], other=0.0)
+        sv = tl.load(state_ptr + (W - 1 + tau)[:, None] * C + cs[None, :],
+                     mask=in_s[:, None] & cmask[None, :], other=0.0)
+        w = tl.load(w_ptr + cs * W + j, mask=cmask, other=0.0).to(tl.float32)
+        acc += w[None, :] * (xv.to(tl.float32) + sv.to(tl.float32))
+    act = y_ptr.dtype.element_ty
+    ymask = (ts < T)[:, None] & cmask[None, :]
+    tl.store(y_ptr + ts[:, None].to(tl.int64) * C + cs[None, :], _silu_round(acc, act), mask=ymask)
+    if pid_t == 0:
+        # final state row i = input at time T-(W-1)+i of (state ++ x). Fresh names: Triton's
+        # compiler rejects redefining a loop variable with another shape inside this branch.
+        rows = tl.arange(0, W_ROWS)  # W_ROWS = next power of 2 >= W-1
+        src_t = T - (W - 1) + rows
+        rmask = rows < W - 1
+        from_x = tl.load(x_ptr + src_t[:, None].to(tl.int64) * stride_xt + cs[None, :],
+                         mask=(rmask & (src_t >= 0))[:, None] & cmask[None, :], other=0.0)
+        from_s = tl.load(state_ptr + (W - 1 + src_t)[:, None] * C + cs[None, :],
+                         mask=(rmask & (src_t < 0))[:, None] & cmask[None, :], other=0.0)
+        new = tl.where((src_t >= 0)[:, None], from_x, from_s)
+        tl.debug_barrier()  # every read of the old state by this program precedes the writes
+        tl.store(state_ptr + rows[:, None] * C + cs[None, :], new, mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _conv_decode_kernel(
+    x_ptr, w_ptr, state_ptr, y_ptr, C, stride_xb,
+    W: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cs < C
+    x = tl.load(x_ptr + b * stride_xb + cs, mask=cmask, other=0.0)
+    acc = tl.load(w_ptr + cs * W + (W - 1), mask=cmask, other=0.0).to(tl.float32) * x.to(tl.float32)
+    sbase = state_ptr + b * (W - 1) * C
+    prev = x  # value that moves into the slot being rewritten
+    for j in tl.static_range(W - 1):
+        s = tl.load(sbase + j * C + cs, mask=cmask, other=0.0)
+        acc += tl.load(w_ptr + cs * W + j, mask=cmask, other=0.0).to(tl.float32) * s.to(tl.float32)
+    # shift: row j <- row j+1, newest row <- x (reads above all precede these writes)
+    for j in tl.static_range(W - 2):
+        nxt = tl.load(sbase + (j + 1) * C + cs, mask=cmask, other=0.0)
+        tl.store(sbase + j * C + cs, nxt, mask=cmask)
+    if W > 1:
+        tl.store(sbase + (W - 2) * C + cs, prev, mask=cmask)
+    act = y_ptr.dtype.element_ty
+    tl.store(y_ptr + b * C + cs, _silu_round(acc, act), mask=cmask)
+
+
+def causal_conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """Conv + SiLU over one sequence. x [T, C], weight [C, W], state [W−1, C].
+
+    Returns y [T, C] (new, contiguous). Mutates `state`: it is read as the inputs before x and
+    overwritten with the last W−1 inputs of (state ++ x). Raises KernelInputError subclasses.
+    """
+    check_conv_inputs(x, weight, state, decode=False)
+    check_same_device(x=x, weight=weight, state=state)
+    T, C = x.shape
+    W = weight.shape[1]
+    y = torch.empty((T, C), dtype=x.dtype, device=x.device)
+    if C == 0:
+        return y
+    # BLOCK_T >= W-1 keeps every state read inside the first T-block (see the module docstring)
+    block_t = max(64, triton.next_power_of_2(W))
+    block_c = 128
+    grid = (max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c))
+    _conv_prefill_kernel[grid](
+        x, weight, state, y, T, C, x.stride(0),
+        W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
+    )
+    return y
+
+
+def causal_conv1d_decode(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """One token per sequence. x [B, C], weight [C, W], state [B, W−1, C].
+
+    Returns y [B, C] (new). Mutates `state` in place: shifted by one, x appended as the newest row.
+    Raises KernelInputError subclasses.
+    """
+    check_conv_inputs(x, weight, state, decode=True)
+    check_same_device(x=x, weight=weight, state=state)
+    B, C = x.shape
+    W = weight.shape[1]
+    y = torch.empty((B, C), dtype=x.dtype, device=x.device)
+    if B == 0 or C == 0:
+        return y
+    block_c = 256
+    _conv_decode_kernel[(B, triton.cdiv(C, block_c))](x, weight, state, y, C, x.stride(0), W=W, BLOCK_C=block_c)
+    return y

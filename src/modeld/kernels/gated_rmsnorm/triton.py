@@ -1,0 +1,61 @@
+"""Gated RMSNorm in Triton: one program handles ROWS rows of Dv (one value head each).
+
+Same function and rounding as `reference.py` (the spec).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels._checks import check_same_device
+from modeld.kernels._tl import round_f32, round_to
+from modeld.kernels.errors import KernelShapeError
+from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs
+
+__all__ = ["gated_rms_norm"]
+
+MAX_DV = 4096
+
+
+@triton.jit
+def _gated_rmsnorm_kernel(
+    x_ptr, z_ptr, w_ptr, out_ptr, n_rows, Dv, eps,
+    BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < Dv)
+    offs = rows[:, None] * Dv + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < Dv, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / Dv + eps)
+    act = out_ptr.dtype.element_ty
+    n = round_f32(x * inv[:, None], act)
+    y = round_f32(w[None, :] * n, act)  # HF rounds w · n to the activation dtype
+    gate = z / (1.0 + tl.exp(-z))  # silu in fp32
+    tl.store(out_ptr + offs, round_to(y * gate, act), mask=mask)
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """out = (w · rmsnorm(x).to(dtype)) · silu(z), rows of length Dv; see the module docstring.
+
+    x, z [..., Dv] (e.g. [T, Hv, Dv]) contiguous; weight [Dv]. Returns a new tensor like x.
+    Mutates nothing. Raises KernelInputError subclasses.
+    """
+    check_gated_inputs(x, z, weight, eps)
+    check_same_device(x=x, z=z, weight=weight)
+    Dv = x.shape[-1]
+    if Dv > MAX_DV:
+        raise KernelShapeError(f"Dv={Dv} exceeds the single-tile limit {MAX_DV} of this kernel")
+    n_rows = x.numel() // Dv
+    out = torch.empty_like(x)
+    if n_rows > 0:
+        block = triton.next_power_of_2(Dv)
+        rows = max(1, min(16, 2048 // block))
+        _gated_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
+            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, num_warps=4,
+        )
+    return out

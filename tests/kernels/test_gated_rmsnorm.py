@@ -1,0 +1,64 @@
+"""Gated RMSNorm (GDN output norm): Triton vs reference, reference vs the HF module's formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeld.kernels._testing import assert_close
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError
+from modeld.kernels.gated_rmsnorm import reference as ref
+from modeld.kernels.gated_rmsnorm import triton as tt
+
+# (T, Hv, Dv): decode 27B, awkward heads, non-power-of-2 Dv
+CPU_CASES = [(1, 48, 128), (63, 3, 128), (5, 7, 100), (2, 1, 1), (17, 5, 64)]
+GPU_CASES = [(1, 48, 128), (500, 48, 128), (8192, 48, 128), (33, 7, 96)]
+
+
+def _check(shape, dtype, gen, device):
+    x = (torch.randn(*shape, generator=gen) * 2).to(dtype).to(device)
+    z = (torch.randn(*shape, generator=gen) * 2).to(dtype).to(device)
+    w = (1 + 0.3 * torch.randn(shape[-1], generator=gen)).to(dtype).to(device)
+    assert_close(tt.gated_rms_norm(x, z, w, 1e-6), ref.gated_rms_norm(x, z, w, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", CPU_CASES, ids=["x".join(map(str, s)) for s in CPU_CASES])
+def test_triton_matches_reference(shape, dtype, gen, device):
+    _check(shape, dtype, gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_CASES, ids=["x".join(map(str, s)) for s in GPU_CASES])
+def test_gpu_sizes(shape, gen, device):
+    _check(shape, torch.bfloat16, gen, device)
+
+
+def test_reference_is_hf_rounding_order(gen):
+    x = torch.randn(6, 128, generator=gen).bfloat16()
+    z = torch.randn(6, 128, generator=gen).bfloat16()
+    w = torch.randn(128, generator=gen).bfloat16()
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    want = ((w * h.to(torch.bfloat16)) * F.silu(z.float())).to(torch.bfloat16)
+    assert torch.equal(ref.gated_rms_norm(x, z, w, 1e-6), want)
+
+
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+def test_bad_inputs_raise(impl, device):
+    x = torch.randn(4, 128).bfloat16().to(device)
+    w = torch.ones(128).bfloat16().to(device)
+    with pytest.raises(KernelShapeError):
+        impl.gated_rms_norm(x, x[:2], w, 1e-6)
+    with pytest.raises(KernelDtypeError):
+        impl.gated_rms_norm(x, x.float(), w, 1e-6)
+    with pytest.raises(KernelShapeError):
+        impl.gated_rms_norm(x, x, w[:64], 1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_random_shapes(gen, device):
+    for _ in range(10):
+        shape = tuple(int(torch.randint(1, hi, (1,), generator=gen)) for hi in (3000, 64, 600))
+        _check(shape, torch.bfloat16, gen, device)

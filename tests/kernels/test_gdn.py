@@ -1,0 +1,198 @@
+"""Gated DeltaNet: Triton vs the reference recurrence; the chunked reference vs the loop; the
+reference vs an independent transcription of HF 5.17's torch_recurrent_gated_delta_rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeld.kernels._testing import assert_close, cuda_available, poison, tolerance
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.gdn import reference as ref
+from modeld.kernels.gdn import triton as tt
+
+# (N, Hk, Hv, Dk, Dv): N = T (prefill) or B (decode); 27B heads 16/48 of 128/128
+PREFILL_CPU = [(1, 1, 3, 32, 32), (63, 1, 2, 16, 16), (65, 2, 2, 32, 20), (7, 2, 6, 64, 100), (3, 1, 1, 128, 128),
+               (2, 1, 1, 160, 16)]  # the last: Dk > 128 takes the token-loop kernel
+PREFILL_SLOW = [(500, 1, 1, 16, 16)]
+PREFILL_GPU = [(1, 16, 48, 128, 128), (63, 16, 48, 128, 128), (500, 16, 48, 128, 128), (777, 3, 9, 96, 80)]
+DECODE_CPU = [(1, 2, 6, 128, 128), (3, 1, 3, 32, 48), (2, 2, 2, 20, 33)]
+DECODE_GPU = [(1, 16, 48, 128, 128), (8, 16, 48, 128, 128), (64, 16, 48, 128, 128), (5, 3, 9, 96, 80)]
+
+
+def _inputs(N, Hk, Hv, Dk, Dv, gen, device, decode, strided=True):
+    """Random inputs shaped like the model's: q/k/v as column slices of one conv output row
+    (strided=True) or as dense copies."""
+    C = 2 * Hk * Dk + Hv * Dv
+    mixed = torch.randn(N, C, generator=gen).bfloat16().to(device)
+    q = mixed[:, : Hk * Dk].view(N, Hk, Dk)
+    k = mixed[:, Hk * Dk : 2 * Hk * Dk].view(N, Hk, Dk)
+    v = mixed[:, 2 * Hk * Dk :].view(N, Hv, Dv)
+    if not strided:
+        q, k, v = q.clone(), k.clone(), v.clone()
+    a = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
+    b = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
+    A_log = torch.log(torch.rand(Hv, generator=gen) * 15 + 1).to(device)  # fp32, as checkpoints often keep it
+    dt_bias = (torch.randn(Hv, generator=gen) * 0.5).bfloat16().to(device)
+    shape = (N, Hv, Dk, Dv) if decode else (Hv, Dk, Dv)
+    state = (torch.randn(*shape, generator=gen) * 0.3).to(device)
+    return q, k, v, a, b, A_log, dt_bias, state
+
+
+def _check(fn_name, case, gen, device, strided=True):
+    """Triton `fn_name` vs the reference recurrence. The chunked prefill multiplies with tl.dot,
+    which runs in tf32 on the GPU: its state is compared with the table's tf32 row there."""
+    decode = fn_name == "gdn_decode"
+    *args, state = _inputs(*case, gen, device, decode, strided)
+    s_ref, s_tt = state.clone(), state.clone()
+    want = (ref.gdn_decode if decode else ref.gdn_prefill)(*args, s_ref)
+    got = getattr(tt, fn_name)(*args, s_tt)
+    assert_close(got, want)
+    tf32 = fn_name == "gdn_prefill" and cuda_available()
+    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
+
+
+def _ids(cases):
+    return [f"N{n}-Hk{hk}-Hv{hv}-Dk{dk}-Dv{dv}" for n, hk, hv, dk, dv in cases]
+
+
+@pytest.mark.parametrize("case", PREFILL_CPU, ids=_ids(PREFILL_CPU))
+def test_prefill_matches_reference(case, gen, device):
+    _check("gdn_prefill", case, gen, device)
+
+
+@pytest.mark.parametrize("case", PREFILL_CPU[:3], ids=_ids(PREFILL_CPU[:3]))
+def test_recurrent_prefill_matches_reference(case, gen, device):
+    _check("_gdn_prefill_recurrent", case, gen, device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", PREFILL_SLOW, ids=_ids(PREFILL_SLOW))
+def test_prefill_long_matches_reference(case, gen, device):
+    _check("gdn_prefill", case, gen, device)
+
+
+@pytest.mark.parametrize("strided", [True, False], ids=["strided", "dense"])
+@pytest.mark.parametrize("case", DECODE_CPU, ids=_ids(DECODE_CPU))
+def test_decode_matches_reference(case, strided, gen, device):
+    _check("gdn_decode", case, gen, device, strided)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", PREFILL_GPU, ids=_ids(PREFILL_GPU))
+def test_gpu_prefill(case, gen, device):
+    _check("gdn_prefill", case, gen, device)
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_ieee_dots(gen, device, monkeypatch):
+    """With exact fp32 dots the chunked prefill meets the plain fp32 row for the state."""
+    monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
+    *args, state = _inputs(500, 16, 48, 128, 128, gen, device, decode=False)
+    s_ref, s_tt = state.clone(), state.clone()
+    assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))
+    assert_close(s_tt, s_ref, what="state")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", PREFILL_GPU[:3], ids=_ids(PREFILL_GPU[:3]))
+def test_gpu_recurrent_prefill(case, gen, device):
+    _check("_gdn_prefill_recurrent", case, gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", DECODE_GPU, ids=_ids(DECODE_GPU))
+def test_gpu_decode(case, gen, device):
+    _check("gdn_decode", case, gen, device)
+
+
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 200])
+def test_chunked_reference_matches_loop(T, gen):
+    *args, state = _inputs(T, 2, 4, 32, 24, gen, "cpu", decode=False)
+    s_loop, s_chunk = state.clone(), state.clone()
+    o_loop = ref.gdn_prefill(*args, s_loop)
+    o_chunk = ref.gdn_prefill_chunked(*args, s_chunk)
+    assert_close(o_chunk, o_loop)
+    assert_close(s_chunk, s_loop, what="state")
+
+
+def test_prefill_then_decode_equals_one_prefill(gen):
+    T = 9
+    q, k, v, a, b, A_log, dt_bias, state = _inputs(T, 1, 2, 16, 16, gen, "cpu", decode=False)
+    s_full = state.clone()
+    o_full = ref.gdn_prefill(q, k, v, a, b, A_log, dt_bias, s_full)
+    s = state.clone()
+    o_head = ref.gdn_prefill(q[:5], k[:5], v[:5], a[:5], b[:5], A_log, dt_bias, s)
+    s_dec = s[None].clone()
+    outs = [o_head] + [ref.gdn_decode(q[t : t + 1], k[t : t + 1], v[t : t + 1], a[t : t + 1], b[t : t + 1],
+                                      A_log, dt_bias, s_dec) for t in range(5, T)]
+    assert torch.equal(torch.cat(outs), o_full)
+    assert torch.equal(s_dec[0], s_full)
+
+
+def _hf_recurrent(q, k, v, a, b, A_log, dt_bias, state):
+    """Transcribed from transformers 5.17 Qwen3_5GatedDeltaNet (torch fallback), batch 1."""
+    beta = b.sigmoid()
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+    rep = v.shape[1] // q.shape[1]
+    query, key = q.repeat_interleave(rep, dim=1), k.repeat_interleave(rep, dim=1)
+    query, key, value, beta, g = [x[None].transpose(1, 2).contiguous().to(torch.float32) for x in (query, key, v, beta, g)]
+
+    def l2norm(x):
+        return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+
+    query, key = l2norm(query), l2norm(key)
+    query = query * (1 / (query.shape[-1] ** 0.5))
+    S = state[None].clone()
+    out = torch.zeros_like(value)
+    for i in range(value.shape[2]):
+        g_t = g[:, :, i].exp().unsqueeze(-1).unsqueeze(-1)
+        S = S * g_t
+        kv_mem = (S * key[:, :, i].unsqueeze(-1)).sum(dim=-2)
+        delta = (value[:, :, i] - kv_mem) * beta[:, :, i].unsqueeze(-1)
+        S = S + key[:, :, i].unsqueeze(-1) * delta.unsqueeze(-2)
+        out[:, :, i] = (S * query[:, :, i].unsqueeze(-1)).sum(dim=-2)
+    return out.transpose(1, 2).contiguous().to(v.dtype)[0], S[0]
+
+
+def test_reference_matches_hf_recurrence(gen):
+    *args, state = _inputs(11, 2, 6, 32, 16, gen, "cpu", decode=False)
+    want_o, want_s = _hf_recurrent(*args, state)
+    s = state.clone()
+    o = ref.gdn_prefill(*args, s)
+    assert_close(o, want_o)
+    assert_close(s, want_s, what="state")
+
+
+def test_decode_output_overwrites_poison(gen, device):
+    """A NaN in the state poisons the outputs that read it: proves outputs come from the state."""
+    *args, state = _inputs(2, 1, 2, 16, 16, gen, device, decode=True)
+    poison(state[1])
+    out = tt.gdn_decode(*args, state)
+    assert torch.isfinite(out[0]).all() and torch.isnan(out[1].float()).all()
+
+
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+def test_bad_inputs_raise(impl, gen, device):
+    q, k, v, a, b, A_log, dt_bias, state = _inputs(3, 2, 4, 16, 16, gen, device, decode=False)
+    with pytest.raises(KernelDtypeError):
+        impl.gdn_prefill(q, k, v, a, b, A_log, dt_bias, state.bfloat16())
+    with pytest.raises(KernelShapeError):
+        impl.gdn_prefill(q, k, v, a, b, A_log, dt_bias, state[None])
+    with pytest.raises(KernelShapeError):
+        impl.gdn_prefill(q, k, v[:, :3], a[:, :3], b[:, :3], A_log[:3], dt_bias[:3], state[:3])
+    with pytest.raises(KernelStrideError):
+        impl.gdn_prefill(q.transpose(1, 2), k.transpose(1, 2), v, a, b, A_log, dt_bias, state)
+    with pytest.raises(KernelDtypeError):
+        impl.gdn_prefill(q, k.float(), v, a, b, A_log, dt_bias, state)
+
+
+@pytest.mark.gpu
+def test_gpu_random_shapes(gen, device):
+    for _ in range(6):
+        Hk = int(torch.randint(1, 5, (1,), generator=gen))
+        Hv = Hk * int(torch.randint(1, 4, (1,), generator=gen))
+        Dk, Dv = (int(torch.randint(8, 257, (1,), generator=gen)) for _ in range(2))
+        _check("gdn_prefill", (int(torch.randint(1, 1500, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
+        _check("gdn_decode", (int(torch.randint(1, 40, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
