@@ -1,0 +1,1 @@
+"""Offline checkpoint work: synthetic checkpoints, HF/GGUF -> .mspec conversion (no heavy imports here)."""

@@ -1,0 +1,189 @@
+"""Entry points `modeld synth|convert|inspect|verify` (each: argv -> exit code).
+
+`modeld.cli` dispatches here; `python -m modeld.convert.commands <sub> ...` works as well.
+A `ModeldError` escapes to the caller (cli.py prints it as one line and exits 2); when run as
+`__main__` this module does the same itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _synth_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modeld synth",
+        description="Write a seeded synthetic Hugging Face checkpoint with the exact tensor names, "
+                    "shapes and dtypes of the real model (text + MTP tensors; vision tensors are "
+                    "omitted), a config.json that transformers loads, and a real byte-level BPE "
+                    "tokenizer with the model's special-token ids and a chat template. Values are "
+                    "a pure function of (seed, tensor name): the same command always writes the "
+                    "same bytes. Tensors are streamed chunk by chunk into ~3 GB shards, so memory "
+                    "stays small even for the 27B shape (54 GB).")
+    p.add_argument("--family", default="qwen3_5", choices=["qwen3_5"], help="model family (default qwen3_5)")
+    p.add_argument("--config", required=True, choices=["27b", "tiny", "small", "odd"],
+                   help="27b: exact Qwen3.8-27B shapes; tiny/small: small shapes where every K is a "
+                        "multiple of 128; odd: awkward sizes (7 layers, odd vocab, BF16 GDN params)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="override the depth (layer i is full attention iff i %% 4 == 3)")
+    p.add_argument("--seed", type=int, required=True, help="seed (non-negative integer)")
+    p.add_argument("-o", "--output", required=True, type=Path, help="output directory (new or empty)")
+    p.add_argument("--workers", type=int, default=None, help="generator threads (default: CPUs, max 16)")
+    p.add_argument("--shard-gb", type=float, default=3.0, help="target shard size in GB (default 3)")
+    p.add_argument("--no-mtp", action="store_true", help="omit the mtp.* tensors")
+    return p
+
+
+def synth_main(argv: list[str]) -> int:
+    """Write a synthetic checkpoint; prints one summary line. Raises ConvertError subclasses."""
+    from modeld.convert.errors import SynthConfigError
+    from modeld.convert.qwen3_5_spec import preset
+    from modeld.convert.synth import write_synthetic
+
+    args = _synth_parser().parse_args(argv)
+    if args.seed < 0:
+        raise SynthConfigError(f"--seed must be >= 0, got {args.seed}")
+    if args.shard_gb <= 0:
+        raise SynthConfigError("--shard-gb must be positive")
+    shape = preset(args.config, args.layers)
+    start = time.perf_counter()
+    result = write_synthetic(shape, args.seed, args.output, workers=args.workers,
+                             shard_bytes=int(args.shard_gb * 1e9), include_mtp=not args.no_mtp)
+    seconds = time.perf_counter() - start
+    print(f"wrote {result.model_id}: {result.tensors} tensors, {result.total_bytes / 1e9:.3f} GB "
+          f"in {result.shards} shard(s) to {result.out_dir} ({seconds:.1f} s)")
+    return 0
+
+
+def _convert_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modeld convert",
+        description="Convert a checkpoint to one .mspec artifact. SRC is a Hugging Face checkpoint "
+                    "directory (qwen3_5 in the released `model.language_model.*` or text-only "
+                    "`model.*` layout, or llama/SmolLM2) or a llama-family .gguf file. Names are "
+                    "translated once through the family's map; missing or leftover tensors and "
+                    "shape/dtype mismatches are errors. The tokenizer and chat template travel "
+                    "inside the artifact. Also writes OUT.inventory.json and OUT.inventory.txt "
+                    "(every object, its layout and its quantization error).")
+    p.add_argument("source", type=Path, help="HF checkpoint directory or .gguf file")
+    p.add_argument("-o", "--output", required=True, type=Path, help="output .mspec path")
+    p.add_argument("--profile", default=None, choices=["bf16", "fp8", "int4"],
+                   help="linear-layer weights: bf16 (default for checkpoint directories); fp8 e4m3 "
+                        "with per-output-channel fp32 scales; int4 asymmetric groupwise g128 (default "
+                        "for .gguf: Q4_1 blocks are kept losslessly as int4 g32). "
+                        "Embeddings, norms, conv, A_log, dt_bias stay as stored; lm_head stays bf16")
+    p.add_argument("--model-id", default=None,
+                   help="model identity to record (default: synth.json's, config _name_or_path, or "
+                        "for GGUF <general.organization>/<file name before the first dot>)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    return p
+
+
+def convert_main(argv: list[str]) -> int:
+    """Convert SRC to OUT.mspec (+ inventories); prints identity and timing. Raises ModeldError."""
+    from modeld.convert.emit import emit
+    from modeld.convert.errors import SourceNotFoundError
+
+    args = _convert_parser().parse_args(argv)
+    if args.source.is_dir():
+        from modeld.convert.hf_convert import plan_hf
+
+        plan = plan_hf(args.source, args.profile or "bf16", args.model_id)
+    elif args.source.is_file() and args.source.suffix == ".gguf":
+        from modeld.convert.gguf_import import plan_gguf
+
+        plan = plan_gguf(args.source, args.profile, args.model_id)
+    else:
+        raise SourceNotFoundError(f"{args.source} is neither a checkpoint directory nor a .gguf file")
+    result = emit(plan, args.output, overwrite=args.force)
+    d = result.directory
+    print(f"wrote {result.path} ({result.path.stat().st_size / 1e6:.1f} MB, {len(d.objects)} objects, "
+          f"{result.seconds:.1f} s)\n  model_id   {d.model_id}\n  weights_id {d.weights_id}\n"
+          f"  recipe     {d.recipe_hash} ({d.recipe.get('profile')})\n"
+          f"  inventory  {result.inventory_json} / {result.inventory_txt.name}")
+    return 0
+
+
+def _file_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("file", type=Path, help=".mspec file")
+    return p
+
+
+def inspect_main(argv: list[str]) -> int:
+    """Print identity, recipe and an inventory summary (structure checked, payload not hashed)."""
+    from collections import Counter
+
+    from modeld.mspec import open_mspec
+
+    p = _file_parser("modeld inspect", "Show a .mspec file's identity (model_id, weights_id, tokenizer_id), "
+                     "recipe and inventory summary. Validates the header, directory and tiling; use "
+                     "`modeld verify` to re-hash the payload.")
+    p.add_argument("--objects", action="store_true", help="list every object")
+    p.add_argument("--json", action="store_true", help="print the directory (without objects) as JSON")
+    args = p.parse_args(argv)
+    with open_mspec(args.file) as m:
+        d = m.directory
+        if args.json:
+            print(json.dumps({"model_id": d.model_id, "weights_id": d.weights_id, "tokenizer_id": d.tokenizer_id,
+                              "family": d.family, "recipe": dict(d.recipe), "recipe_hash": d.recipe_hash,
+                              "payload_length": d.payload_length, "objects": len(d.objects)}, indent=2))
+            return 0
+        by = Counter()
+        size = Counter()
+        for o in d.objects:
+            by[(o.kind, o.dtype, o.layout)] += 1
+            size[(o.kind, o.dtype, o.layout)] += o.length
+        print(f"file         {args.file} ({m.size / 1e6:.3f} MB)\nmodel_id     {d.model_id}\n"
+              f"weights_id   {d.weights_id}\ntokenizer_id {d.tokenizer_id}\nfamily       {d.family}\n"
+              f"recipe_hash  {d.recipe_hash}\nrecipe       {json.dumps(dict(d.recipe), sort_keys=True)}\n"
+              f"metadata     {', '.join(sorted(d.metadata))}\nobjects      {len(d.objects)}")
+        for key in sorted(by):
+            print(f"  {by[key]:6d} x {key[0]:6s} {key[1]:14s} {key[2]:34s} {size[key] / 1e6:12.3f} MB")
+        if args.objects:
+            for o in d.objects:
+                print(f"  {o.name:60s} {o.dtype:14s} {str(list(o.shape)):18s} {o.layout}")
+    return 0
+
+
+def verify_main(argv: list[str]) -> int:
+    """Re-hash every object; print OK line or raise the named MspecError (exit 2 via the CLI)."""
+    from modeld.convert.progress import byte_progress
+    from modeld.mspec import open_mspec
+
+    args = _file_parser("modeld verify", "Fully validate a .mspec file: header, directory hash, schema, "
+                        "tiling, identities, then re-hash every object and check every padding byte. "
+                        "Exits non-zero with a one-line named error on the first failure.").parse_args(argv)
+    start = time.perf_counter()
+    with open_mspec(args.file) as m:
+        with byte_progress("verify", sum(o.length for o in m.objects)) as bar:
+            hashed = m.verify(bar)
+        print(f"OK {args.file}: {len(m.objects)} objects, {hashed / 1e6:.3f} MB hashed in "
+              f"{time.perf_counter() - start:.1f} s; weights_id {m.directory.weights_id}")
+    return 0
+
+
+COMMANDS = {"synth": synth_main, "convert": convert_main, "inspect": inspect_main, "verify": verify_main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m modeld.convert.commands <sub> ...`: dispatch and print ModeldErrors as one line."""
+    from modeld.errors import ModeldError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m modeld.convert.commands {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except ModeldError as err:
+        print(err.one_line(), file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The weight recipe: which .mspec objects each source tensor becomes under a profile.
+
+Profiles (INTERFACES.md): `bf16` (linears and lm_head as bfloat16), `fp8` (linears as
+float8_e4m3fn + float32 per-output-channel scales), `int4` (linears as asymmetric g128 int4).
+In every profile: embeddings, norms, conv, A_log, dt_bias and the small GDN gate projections
+(in_proj_a/b) stay exactly as stored; lm_head stays bfloat16 (the recipe records
+`"lm_head": "bf16"`: quantizing it costs the most quality per byte saved).
+
+`plan_objects(rule, dtype, load)` returns PlannedObjects whose producers call `load()` once per
+source tensor (a small refcounted cache shares the quantized parts) and record the reconstruction
+error into an `InventoryRow`. Raises UnknownProfileError, TensorDtypeError, QuantizationShapeError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from modeld.convert.errors import QuantizationShapeError, TensorDtypeError, UnknownProfileError
+from modeld.convert.families import TensorRule
+from modeld.mspec import format as F
+from modeld.mspec.writer import PlannedObject
+
+PROFILES = ("bf16", "fp8", "int4")
+INT4_GROUP = 128
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def recipe_dict(profile: str, family: str, source_format: str, group: int = INT4_GROUP) -> dict:
+    if profile not in PROFILES:
+        raise UnknownProfileError(f"profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return {
+        "converter": "modeld.convert/v1", "family": family, "profile": profile, "source_format": source_format,
+        "linear": {"bf16": "bfloat16", "fp8": F.FP8_LAYOUT, "int4": F.int4_layout(group)}[profile],
+        "lm_head": "bf16", "embeddings": "as stored", "norms_conv_ssm_params": "as stored",
+        "kept_linears": ["linear_attn.in_proj_a", "linear_attn.in_proj_b"] if family == "qwen3_5" else [],
+    }
+
+
+@dataclass
+class InventoryRow:
+    name: str
+    source: str
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str
+    nbytes: int
+    max_abs_err: float | None = None
+    rel_fro_err: float | None = None
+    note: str = ""
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "dtype": self.dtype, "shape": list(self.shape),
+                "layout": self.layout, "bytes": self.nbytes, "max_abs_err": self.max_abs_err,
+                "rel_fro_err": self.rel_fro_err, "note": self.note}
+
+
+@dataclass
+class _Shared:
+    """Parts of one source tensor's conversion, kept until every part has been written."""
+    make: Callable[[], dict]
+    pending: int
+    parts: dict | None = None
+
+    def take(self, key: str):
+        if self.parts is None:
+            self.parts = self.make()
+        value = self.parts[key]
+        self.pending -= 1
+        if self.pending == 0:
+            self.parts = None           # release the source and every part
+        return value
+
+
+@dataclass
+class PlannedTensorSet:
+    objects: list[PlannedObject] = field(default_factory=list)
+    rows: list[InventoryRow] = field(default_factory=list)
+
+
+def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
+                 group: int = INT4_GROUP) -> PlannedTensorSet:
+    """Objects for one source tensor (see module doc)."""
+    import torch
+
+    from modeld.convert import quantize as Q
+
+    if src_dtype not in FLOAT_DTYPES:
+        raise TensorDtypeError(f"{rule.source}: dtype {src_dtype} is not a float type")
+    out = PlannedTensorSet()
+    quantize = rule.role == "linear" and profile in ("fp8", "int4")
+    cast_bf16 = rule.role == "lm_head" or (rule.role == "linear" and profile == "bf16")
+    n, k = (rule.shape + (1,))[:2]
+
+    if not quantize:
+        dtype = "bfloat16" if cast_bf16 else src_dtype
+        row = InventoryRow(rule.target, rule.source, dtype, rule.shape, F.PLAIN,
+                           _nbytes(rule.shape, dtype), note="cast" if dtype != src_dtype else "as stored")
+
+        def produce_plain():
+            w = load()
+            if dtype == src_dtype:
+                return w
+            out_t = w.to(torch.bfloat16)
+            ref = w.reshape(w.shape[0], -1) if w.dim() >= 2 else w.reshape(1, -1)
+            got = out_t.reshape(ref.shape)
+            err = Q.reconstruction_error(ref, lambda r0, r1: got[r0:r1].float())
+            row.max_abs_err, row.rel_fro_err = err.max_abs, err.rel_fro
+            return out_t
+
+        out.objects.append(PlannedObject(rule.target, "tensor", dtype, rule.shape, F.PLAIN, produce_plain))
+        out.rows.append(row)
+        return out
+
+    base = rule.target[:-len(".weight")] if rule.target.endswith(".weight") else rule.target
+    if profile == "fp8":
+        layout = F.FP8_LAYOUT
+        specs = {"weight": ("float8_e4m3fn", (n, k)), "weight_scale": ("float32", (n,))}
+    else:
+        layout = F.int4_layout(group)
+        if k % group:
+            raise QuantizationShapeError(f"{rule.source}: K={k} is not divisible by the int4 group {group}")
+        specs = {"qweight": ("uint8", (n, k // 2)), "scales": ("float16", (n, k // group)),
+                 "mins": ("float16", (n, k // group))}
+    rows = {key: InventoryRow(f"{base}.{key}", rule.source, dt, shp, layout, _nbytes(shp, dt))
+            for key, (dt, shp) in specs.items()}
+    primary = rows["weight" if profile == "fp8" else "qweight"]
+
+    def make() -> dict:
+        w = load()
+        if profile == "fp8":
+            q, s = Q.quantize_fp8(w, rule.source)
+            err = Q.reconstruction_error(w, lambda r0, r1: Q.dequantize_fp8(q[r0:r1], s[r0:r1]))
+            parts = {"weight": q, "weight_scale": s}
+        else:
+            qw, sc, mn = Q.quantize_int4(w, group, rule.source)
+            err = Q.reconstruction_error(w, lambda r0, r1: Q.dequantize_int4(qw[r0:r1], sc[r0:r1], mn[r0:r1]))
+            parts = {"qweight": qw, "scales": sc, "mins": mn}
+        primary.max_abs_err, primary.rel_fro_err = err.max_abs, err.rel_fro
+        return parts
+
+    shared = _Shared(make, pending=len(specs))
+    for key, (dt, shp) in specs.items():
+        out.objects.append(PlannedObject(f"{base}.{key}", "tensor", dt, shp, layout,
+                                         lambda key=key: shared.take(key)))
+        out.rows.append(rows[key])
+    return out
+
+
+def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
+    n = F.DTYPES[dtype][0]
+    for d in shape:
+        n *= d
+    return n
