@@ -1,0 +1,1 @@
+"""Model packages (T1, model-specific execution): one sub-package per architecture family."""

@@ -1,0 +1,162 @@
+"""The qwen3_5 forward pass over bound kernels: one code path for prefill (T tokens of one
+sequence) and decode (one token for each of B sequences). Rows N = T (prefill) or B (decode).
+
+Per layer (MODEL-qwen3_5.md):  h += mixer(norm_in(h));  h += mlp(norm_post(h))
+The residual add of each sublayer is fused into the next norm (`add_rms_norm`), so the hidden
+state h is rounded to bf16 exactly where HF rounds it. Every op goes through `ks.<op>`; the only
+tensor code here is views/reshapes into the projection outputs, the one `.contiguous()` for the
+GDN gate z (a column slice; the gated norm reads rows densely) and the final residual add.
+
+Mutates only the state buffers passed in the context (KV at the written positions, conv and
+recurrent state of the slots it runs).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from modeld.execution.arena import Arena
+from modeld.execution.bindings import KernelSet
+from modeld.models.qwen3_5.config import FULL, Qwen35Config
+from modeld.models.qwen3_5.weights import Qwen35Weights
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where a forward call reads and writes state.
+
+    prefill: `slot` is the sequence, `start` the position of the first token.
+    decode:  `cache_lens` int32 [B] = positions of the new tokens (one per slot 0..B-1).
+    `positions` [N] int64 absolute positions of the N rows (RoPE).
+    """
+
+    decode: bool
+    positions: torch.Tensor
+    slot: int = 0
+    start: int = 0
+    cache_lens: torch.Tensor | None = None
+
+
+@dataclass
+class Probe:
+    """Optional per-layer capture and injection (parity tests; None in serving).
+
+    `mixer(i, out) -> out` sees (and may replace) layer i's mixer output [N, D];
+    `layer(i, h)` sees layer i's output hidden state [N, D]. Both run eagerly (no graphs).
+    """
+
+    mixer: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    layer: Callable[[int, torch.Tensor], None] | None = None
+
+
+class Qwen35Forward:
+    """Binds config, weights, state arena and kernels; `__call__` runs the whole stack."""
+
+    def __init__(self, config: Qwen35Config, weights: Qwen35Weights, state: Arena, kernels: KernelSet) -> None:
+        self.c, self.w, self.s, self.ks = config, weights, state, kernels
+        self.scale = config.head_dim ** -0.5
+        self.inv_freq = kernels.rope.rope_inv_freq(config.rotary_dim, config.rope_theta, state.device)
+        self.lin = self._bind_linears()
+
+    def _bind_linears(self) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        """slot -> y = f(x), bound once for the weights' profile (no per-call dispatch)."""
+        w, L = self.w, self.ks.linear
+        out: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+        for i, kind in enumerate(self.c.layer_types):
+            slots = ("attn.qkv", "attn.o") if kind == FULL else ("gdn.in_proj", "gdn.out")
+            for name in slots + ("mlp.gate_up", "mlp.down"):
+                slot = f"L{i}.{name}"
+                swiglu = name == "mlp.gate_up"
+                prof = w.slot_profiles[slot][0]
+                if prof == "bf16":
+                    fn, kw = (L.swiglu_linear if swiglu else L.linear), {"weight": w[slot]}
+                elif prof == "fp8":
+                    fn = L.swiglu_linear_fp8 if swiglu else L.linear_fp8
+                    kw = {"weight": w[slot + ".weight"], "weight_scale": w[slot + ".weight_scale"]}
+                else:
+                    fn = L.swiglu_linear_int4 if swiglu else L.linear_int4
+                    kw = {"qweight": w[slot + ".qweight"], "scales": w[slot + ".scales"], "mins": w[slot + ".mins"]}
+                out[slot] = functools.partial(fn, **kw)
+            if kind != FULL:
+                out[f"L{i}.gdn.ba"] = functools.partial(L.linear, weight=w[f"L{i}.gdn.ba"])  # bf16 in every profile
+        return out
+
+    # ---------------------------------------------------------------- mixers
+    def attention(self, i: int, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """Gated GQA attention of layer i. x [N, D] bf16 (normed) -> [N, D]. Writes KV at the rows' positions."""
+        c, w, ks = self.c, self.w, self.ks
+        N, Dh, qd, kvd = x.shape[0], c.head_dim, c.q_dim, c.kv_dim
+        qkv = self.lin[f"L{i}.attn.qkv"](x)  # [N, 2*Hq*Dh + 2*Hkv*Dh]
+        qg = qkv[:, : 2 * qd].view(N, c.heads, 2 * Dh)  # per head: [query Dh | gate Dh]
+        q, gate = qg[..., :Dh], qg[..., Dh:]
+        k = qkv[:, 2 * qd : 2 * qd + kvd].view(N, c.kv_heads, Dh)
+        v = qkv[:, 2 * qd + kvd :].view(N, c.kv_heads, Dh)
+        q = ks.rope.qk_norm_rope(q, w[f"L{i}.attn.q_norm"], ctx.positions, self.inv_freq, c.eps)
+        k = ks.rope.qk_norm_rope(k, w[f"L{i}.attn.k_norm"], ctx.positions, self.inv_freq, c.eps)
+        kc, vc = self.s[f"kv.{i}.k"], self.s[f"kv.{i}.v"]  # [B, S, Hkv, Dh]
+        if ctx.decode:
+            o = ks.attention.attention_decode(q, k, v, kc, vc, ctx.cache_lens, self.scale, gate)
+        else:
+            o = ks.attention.attention_prefill(q, k, v, kc[ctx.slot], vc[ctx.slot], ctx.start, self.scale, gate)
+        return self.lin[f"L{i}.attn.o"](o.reshape(N, qd))  # [N, D]
+
+    def gdn(self, i: int, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """Gated DeltaNet of layer i. x [N, D] bf16 (normed) -> [N, D]. Updates conv and recurrent state."""
+        c, w, ks = self.c, self.w, self.ks
+        N, C, kd, vd, Hv = x.shape[0], c.conv_dim, c.key_dim, c.value_dim, c.lin_v_heads
+        proj = self.lin[f"L{i}.gdn.in_proj"](x)  # [N, C + Hv*Dv]
+        ba = self.lin[f"L{i}.gdn.ba"](x)  # [N, 2*Hv]
+        mixed = proj[:, :C]
+        z = proj[:, C:].contiguous().view(N, Hv, c.lin_v_dim)
+        b, a = ba[:, :Hv], ba[:, Hv:]
+        conv_state, rec = self.s[f"gdn.{i}.conv"], self.s[f"gdn.{i}.rec"]  # [B, W-1, C], [B, Hv, Dk, Dv]
+        if ctx.decode:
+            y = ks.conv1d.causal_conv1d_decode(mixed, w[f"L{i}.gdn.conv"], conv_state)  # [N, C]
+        else:
+            y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
+        q = y[:, :kd].view(N, c.lin_k_heads, c.lin_k_dim)
+        k = y[:, kd : 2 * kd].view(N, c.lin_k_heads, c.lin_k_dim)
+        v = y[:, 2 * kd :].view(N, Hv, c.lin_v_dim)
+        A_log, dt_bias = w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"]
+        if ctx.decode:
+            o = ks.gdn.gdn_decode(q, k, v, a, b, A_log, dt_bias, rec)  # [N, Hv, Dv]
+        else:
+            o = ks.gdn.gdn_prefill(q, k, v, a, b, A_log, dt_bias, rec[ctx.slot])
+        o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
+        return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
+
+    def mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU MLP of layer i: [N, D] -> [N, D]."""
+        act = self.lin[f"L{i}.mlp.gate_up"](x)  # [N, F]
+        return self.lin[f"L{i}.mlp.down"](act)
+
+    # ---------------------------------------------------------------- stack
+    def __call__(self, ids: torch.Tensor, ctx: StepContext, *, last_only: bool = True,
+                 probe: Probe | None = None) -> torch.Tensor:
+        """Run every layer on ids [N]; returns fp32 logits [1, V] (prefill, last_only) or [N, V]."""
+        c, w, ks = self.c, self.w, self.ks
+        h = ks.embedding.embedding(ids, w["embed"])  # [N, D] bf16
+        x = ks.rmsnorm.rms_norm(h, w["L0.in_norm"], c.eps, True)
+        for i, kind in enumerate(c.layer_types):
+            m = self.attention(i, x, ctx) if kind == FULL else self.gdn(i, x, ctx)
+            if probe is not None and probe.mixer is not None:
+                m = probe.mixer(i, m)
+            r = ks.rmsnorm.add_rms_norm(m, h, w[f"L{i}.post_norm"], c.eps, True)
+            x, h = r.out, r.residual
+            m = self.mlp(i, x)
+            if i + 1 < c.layers:
+                r = ks.rmsnorm.add_rms_norm(m, h, w[f"L{i + 1}.in_norm"], c.eps, True)
+                x, h = r.out, r.residual
+                if probe is not None and probe.layer is not None:
+                    probe.layer(i, h)
+            else:
+                if last_only and not ctx.decode:
+                    m, h = m[-1:], h[-1:]
+                h = m + h  # the last layer's residual add (HF rounds it to bf16 the same way)
+                if probe is not None and probe.layer is not None:
+                    probe.layer(i, h)
+        return ks.logits.final_norm_logits(h, w["final_norm"], w["lm_head"], c.eps)
