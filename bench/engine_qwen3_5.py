@@ -103,7 +103,11 @@ class QuantSynthSource:
         if self._cache is None or self._cache[0] != b:
             from modeld.convert import quantize as Q
 
+            import torch
+
             w = self.base.tensor(b + ".weight")
+            if torch.cuda.is_available():  # the converter's functions are device-agnostic; 16 CPU cores are slow for 27B
+                w = w.cuda()
             if self.profile == "fp8":
                 q, sc = Q.quantize_fp8(w, b)
                 parts = {"weight": q, "weight_scale": sc}

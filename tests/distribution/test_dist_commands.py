@@ -70,7 +70,10 @@ def test_resolve_on_a_simulated_h200_selects_the_specialized_cell(
                          "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["selected"] == "tiny.h200" and not data["fell_through"]
-    assert [r["reason"] for r in data["rejections"]] == ["SpecializedCellSelected"]
+    reasons = {(r["cell_id"], r["reason"]) for r in data["rejections"]}
+    assert ("llama_cpp", "SpecializedCellSelected") in reasons
+    # Every other specialized cell shipped with modeld serves other models, never this one.
+    assert {reason for cell, reason in reasons if cell != "llama_cpp"} <= {"ModelNotServed"}
 
     # The same request on this CPU-only host: every hardware reason, then the fall-through.
     cpu = tmp_path / "cpu.json"

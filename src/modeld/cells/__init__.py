@@ -35,6 +35,10 @@ def _engine(spec: CellSpec, options: CellOptions):
         from modeld.cells.engine_qwen3_5 import build
 
         return build(spec, options)
+    if spec.family == "llama":
+        from modeld.cells.engine_llama import build as build_llama
+
+        return build_llama(spec, options)
     from modeld.serving.errors import Unsupported
 
     raise Unsupported(f"no engine cell for model family {spec.family!r} in this build", param="model")
