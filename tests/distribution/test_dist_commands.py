@@ -20,6 +20,10 @@ from modeld.distribution.errors import (
 )
 from modeld.distribution.identity import gguf_weights_id
 
+import modeld.cells
+
+BUILTIN_MANIFESTS = Path(modeld.cells.__file__).parent / "manifests"
+
 
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,7 +131,9 @@ def test_cells_lists_builtin_and_user_manifests(home: Path, capsys) -> None:
     _specialized_cell_for(home, "sha256:" + "12" * 32)
     assert cells_main(["--json"]) == 0
     ids = [m["id"] for m in json.loads(capsys.readouterr().out)]
-    assert ids == ["llama_cpp", "tiny.h200"]
+    shipped = sorted(json.loads(f.read_text())["id"] for f in BUILTIN_MANIFESTS.glob("*.json"))
+    assert "llama_cpp" in shipped
+    assert sorted(ids[:-1]) == shipped and ids[-1] == "tiny.h200"  # built-ins first, then the user's
     assert cells_main([]) == 0
     assert "llama_cpp" in capsys.readouterr().out
     (home / "cells" / "broken.json").write_text('{"id": "x"}')

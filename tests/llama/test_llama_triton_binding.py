@@ -116,7 +116,7 @@ def test_triton_binding_on_smollm2_shapes_int4_g32(tmp_path):
 
     from transformers import LlamaConfig as HFLlamaConfig, LlamaForCausalLM
 
-    from conftest import byte_level_tokenizer
+    from tests.llama.conftest import byte_level_tokenizer  # by path: a bare `conftest` is whichever dir loaded last
     from modeld.execution.artifacts import open_artifact
     from modeld.models.llama.config import LlamaConfig
     from modeld.models.llama.engine import EngineOptions, LlamaEngine

@@ -23,15 +23,14 @@ import torch
 
 from modeld.execution.artifacts import open_artifact
 from modeld.execution.bindings import KernelSet, default_kernels
-from modeld.execution.errors import ExecutionError
 from modeld.execution.sampler import SlotSampler
 from modeld.execution.tokenizer import Tokenizer
 from modeld.models.llama.config import LlamaConfig
-from modeld.models.llama.engine import EngineOptions, LlamaEngine, StateFormatError
+from modeld.models.llama.engine import EngineOptions, LlamaEngine
 from modeld.serving.chat import ChatTemplate
-from modeld.serving.contract import CONTEXT_POLICIES, Capabilities, Cell, IdentityKey, MemoryReport, SamplingParams
-from modeld.serving.engine_session import EngineSession
-from modeld.serving.errors import FatalBackendState, InvalidRequest, SnapshotCorrupt, Unsupported
+from modeld.serving.contract import Capabilities, IdentityKey, MemoryReport
+from modeld.serving.slot_cell import SlotEngineCell, SlotEngineSession
+from modeld.serving.errors import FatalBackendState, InvalidRequest, Unsupported
 
 BACKEND = "modeld-llama"
 CELL_ID = "engine_llama"
@@ -71,7 +70,7 @@ def manifest_document(serves: Sequence[tuple[str, str]], *, cell_id: str = "engi
             "context_tiers": [], "unsupported_modes": list(UNSUPPORTED_MODES)}
 
 
-class LlamaCell(Cell):
+class LlamaCell(SlotEngineCell):
     """Loads a llama artifact (.mspec, HF checkpoint directory, or .gguf imported losslessly).
     `model_id`/`weights_id` default to the identities the .mspec records.
 
@@ -83,10 +82,7 @@ class LlamaCell(Cell):
                  cell_id: str = CELL_ID, device: str | torch.device | None = None, n_ctx: int = 4096,
                  context_policy: str = "clamp", kernels: KernelSet | None = None, manifest_version: str = "1",
                  options: EngineOptions | None = None) -> None:
-        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= 1 << 20:
-            raise InvalidRequest("n_ctx must be an integer in [16, 1048576]", param="n_ctx")
-        if context_policy not in CONTEXT_POLICIES:
-            raise InvalidRequest(f"context_policy must be one of {CONTEXT_POLICIES}", param="context_policy")
+        self._check_context(n_ctx, context_policy)
         path = Path(artifact)
         if path.suffix.lower() == ".gguf":
             path = mspec_for_gguf(path, weights_id)
@@ -124,33 +120,7 @@ class LlamaCell(Cell):
             return ""
         return self.tokenizer._tok.id_to_token(token) or ""
 
-    # ---------------------------------------------------------------- residency
-    def activate(self, session: LlamaSession) -> None:
-        """Make `session` resident: park the current one as bytes, load the newcomer's. Under lock."""
-        if self._resident is session:
-            return
-        if self._resident is not None and not self._resident._closed and self._resident._kv:
-            self._resident._parked = self.engine.save_slot(0)
-        self._resident = None
-        parked, session._parked = session._parked, None
-        if parked is not None:
-            try:
-                self.engine.load_slot(0, parked)
-            except StateFormatError as exc:
-                self.engine.reset_slot(0)
-                session._kv, session._pending, session._logits_ready = [], None, False
-                self._resident = session
-                raise FatalBackendState(f"a parked session state did not load back ({exc}); the session was reset") from None
-        else:
-            self.engine.reset_slot(0)
-            session._kv, session._pending, session._logits_ready = [], None, False
-        self._resident = session
-
     # ---------------------------------------------------------------- Cell
-    @property
-    def identity(self) -> IdentityKey:
-        return self._identity
-
     def capabilities(self) -> Capabilities:
         spec = self.engine.spec
         n = self.engine.lengths[0] if self._resident is not None else 0
@@ -176,9 +146,6 @@ class LlamaCell(Cell):
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         return self._tokenize(text, add_special, False)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.tokenizer.decode([int(t) for t in tokens])
-
     def chat_tokens(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         if self._template is None:
             raise Unsupported("this model has no chat template; use a plain completion", param="messages")
@@ -189,74 +156,14 @@ class LlamaCell(Cell):
             raise Unsupported("this model has no chat template", param="messages")
         return self._template.render(messages)
 
-    def close(self) -> None:
-        with self.lock:
-            self._resident = None
 
+class LlamaSession(SlotEngineSession):
+    """A session whose state lives in engine slot 0 while resident (`SlotEngineSession`)."""
 
-class LlamaSession(EngineSession):
-    """A session whose state lives in engine slot 0 while resident."""
-
-    def __init__(self, cell: LlamaCell) -> None:
-        super().__init__(cell.lock, cell._n_ctx, cell.config.vocab)
-        self._cell = cell
-        self._parked: bytes | None = None
-
-    def capabilities(self) -> Capabilities:
-        return self._cell.capabilities()
-
-    def _activate(self) -> None:
-        self._cell.activate(self)
+    ENGINE_LABEL = "llama"
 
     def _engine_truncate(self, n: int) -> None:
         self._cell.engine.truncate(0, n)
-
-    def _engine_eval(self, tokens: Sequence[int]) -> None:
-        eng = self._cell.engine
-        if len(tokens) == 1 and eng.lengths[0] > 0:
-            self._guard(lambda: eng.decode(tokens))
-        else:
-            self._guard(lambda: eng.prefill(0, tokens))
-
-    def _guard(self, fn):
-        try:
-            return fn()
-        except (ExecutionError, RuntimeError) as exc:
-            raise FatalBackendState(f"llama engine failed: {exc}") from None
-
-    def _engine_clear(self) -> None:
-        self._cell.engine.reset_slot(0)
-
-    def _engine_sampler(self, params: SamplingParams, seed: int) -> SlotSampler:
-        s = self._cell.sampler
-        s.configure(0, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
-        return s
-
-    def _engine_sample(self, sampler: SlotSampler) -> int:
-        return int(sampler.pick(self._cell.engine.logits[0:1])[0])
-
-    def _engine_piece(self, token: int) -> bytes:
-        return self._cell.tokenizer.piece(token)
-
-    def _engine_is_end(self, token: int) -> bool:
-        return token in self._cell.config.eos_ids
-
-    def _engine_save(self) -> bytes:
-        return self._cell.engine.save_slot(0)
-
-    def _engine_load(self, payload: bytes, n_tokens: int) -> None:
-        try:
-            n = self._cell.engine.load_slot(0, payload)
-        except StateFormatError as exc:
-            raise SnapshotCorrupt(str(exc)) from None
-        if n != n_tokens:
-            raise SnapshotCorrupt(f"engine state holds {n} positions, the snapshot header says {n_tokens}")
-
-    def close(self) -> None:
-        with self._lock:
-            super().close()
-            if self._cell._resident is self:
-                self._cell._resident = None
 
 
 def _tokenizer_meta(artifact) -> dict:

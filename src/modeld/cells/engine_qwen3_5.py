@@ -24,23 +24,15 @@ from pathlib import Path
 import torch
 
 from modeld.execution.bindings import KernelSet, default_kernels
-from modeld.execution.errors import ExecutionError
 from modeld.execution.sampler import SlotSampler
 from modeld.execution.artifacts import open_artifact
 from modeld.execution.tokenizer import Tokenizer
 from modeld.models.qwen3_5.config import Qwen35Config
-from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine, StateFormatError
+from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
 from modeld.serving.chat import ChatTemplate
-from modeld.serving.contract import (
-    CONTEXT_POLICIES,
-    Capabilities,
-    Cell,
-    IdentityKey,
-    MemoryReport,
-    SamplingParams,
-)
-from modeld.serving.engine_session import EngineSession
-from modeld.serving.errors import FatalBackendState, InvalidRequest, SnapshotCorrupt, Unsupported
+from modeld.serving.contract import Capabilities, IdentityKey, MemoryReport
+from modeld.serving.slot_cell import SlotEngineCell, SlotEngineSession
+from modeld.serving.errors import InvalidRequest, Unsupported
 
 BACKEND = "modeld-qwen3_5"
 CELL_ID = "engine_qwen3_5"
@@ -48,7 +40,7 @@ KV_PROFILE = "kv-bf16"
 UNSUPPORTED_MODES = ("logprobs", "n>1", "embeddings", "lora", "grammar", "images", "mtp-speculation")
 
 
-class Qwen35Cell(Cell):
+class Qwen35Cell(SlotEngineCell):
     """Loads a qwen3_5 artifact: an .mspec file or an HF checkpoint directory (`open_artifact`).
     `model_id`/`weights_id` default to the identities the .mspec records.
 
@@ -60,10 +52,7 @@ class Qwen35Cell(Cell):
                  device: str | torch.device | None = None, n_ctx: int = 4096, context_policy: str = "clamp",
                  kernels: KernelSet | None = None, manifest_version: str = "1",
                  options: EngineOptions | None = None) -> None:
-        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= 1 << 20:
-            raise InvalidRequest("n_ctx must be an integer in [16, 1048576]", param="n_ctx")
-        if context_policy not in CONTEXT_POLICIES:
-            raise InvalidRequest(f"context_policy must be one of {CONTEXT_POLICIES}", param="context_policy")
+        self._check_context(n_ctx, context_policy)
         self.artifact = open_artifact(artifact)
         model_id = model_id or self.artifact.model_id
         weights_id = weights_id or self.artifact.weights_id
@@ -98,33 +87,7 @@ class Qwen35Cell(Cell):
         """Weight/KV profile, e.g. "bf16/kv-bf16" or "fp8/kv-bf16" (what the artifact stores)."""
         return f"{self.engine.weights.profile}/{KV_PROFILE}"
 
-    # ---------------------------------------------------------------- residency
-    def activate(self, session: Qwen35Session) -> None:
-        """Make `session` resident: park the current one as bytes, load the newcomer's. Under lock."""
-        if self._resident is session:
-            return
-        if self._resident is not None and not self._resident._closed and self._resident._kv:
-            self._resident._parked = self.engine.save_slot(0)
-        self._resident = None
-        parked, session._parked = session._parked, None
-        if parked is not None:
-            try:
-                self.engine.load_slot(0, parked)
-            except StateFormatError as exc:
-                self.engine.reset_slot(0)
-                session._kv, session._pending, session._logits_ready = [], None, False
-                self._resident = session
-                raise FatalBackendState(f"a parked session state did not load back ({exc}); the session was reset") from None
-        else:
-            self.engine.reset_slot(0)
-            session._kv, session._pending, session._logits_ready = [], None, False
-        self._resident = session
-
     # ---------------------------------------------------------------- Cell
-    @property
-    def identity(self) -> IdentityKey:
-        return self._identity
-
     def capabilities(self) -> Capabilities:
         spec = self.engine.spec
         n = self.engine.lengths[0] if self._resident is not None else 0
@@ -150,83 +113,23 @@ class Qwen35Cell(Cell):
             raise InvalidRequest("text must be a string", param="prompt")
         return self.tokenizer.encode(text)  # qwen3_5 adds no BOS (tokenizer_config add_bos_token false)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.tokenizer.decode([int(t) for t in tokens])
-
     def chat_tokens(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         if self._template is None:
             raise Unsupported("this model has no chat template; use a plain completion", param="messages")
         return self._template.tokens(messages, lambda text, _bos, special: self.tokenizer.encode(text, parse_special=special))
 
-    def close(self) -> None:
-        with self.lock:
-            self._resident = None
 
+class Qwen35Session(SlotEngineSession):
+    """A session whose state lives in engine slot 0 while resident (`SlotEngineSession`)."""
 
-class Qwen35Session(EngineSession):
-    """A session whose state lives in engine slot 0 while resident."""
+    ENGINE_LABEL = "qwen3_5"
 
     def __init__(self, cell: Qwen35Cell) -> None:
-        super().__init__(cell.lock, cell._n_ctx, cell.config.vocab)
-        self._cell = cell
-        self._parked: bytes | None = None
+        super().__init__(cell)
         self.recomputed = 0  # tokens re-evaluated internally to rebuild GDN state after trims
-
-    def capabilities(self) -> Capabilities:
-        return self._cell.capabilities()
-
-    def _activate(self) -> None:
-        self._cell.activate(self)
 
     def _engine_truncate(self, n: int) -> None:
         self.recomputed += self._guard(lambda: self._cell.engine.truncate(0, n, self._kv))
-
-    def _engine_eval(self, tokens: Sequence[int]) -> None:
-        eng = self._cell.engine
-        if len(tokens) == 1 and eng.lengths[0] > 0:
-            self._guard(lambda: eng.decode(tokens))
-        else:
-            self._guard(lambda: eng.prefill(0, tokens))
-
-    def _guard(self, fn):
-        try:
-            return fn()
-        except (ExecutionError, RuntimeError) as exc:
-            raise FatalBackendState(f"qwen3_5 engine failed: {exc}") from None
-
-    def _engine_clear(self) -> None:
-        self._cell.engine.reset_slot(0)
-
-    def _engine_sampler(self, params: SamplingParams, seed: int) -> SlotSampler:
-        s = self._cell.sampler
-        s.configure(0, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
-        return s
-
-    def _engine_sample(self, sampler: SlotSampler) -> int:
-        return int(sampler.pick(self._cell.engine.logits[0:1])[0])
-
-    def _engine_piece(self, token: int) -> bytes:
-        return self._cell.tokenizer.piece(token)
-
-    def _engine_is_end(self, token: int) -> bool:
-        return token in self._cell.config.eos_ids
-
-    def _engine_save(self) -> bytes:
-        return self._cell.engine.save_slot(0)
-
-    def _engine_load(self, payload: bytes, n_tokens: int) -> None:
-        try:
-            n = self._cell.engine.load_slot(0, payload)
-        except StateFormatError as exc:
-            raise SnapshotCorrupt(str(exc)) from None
-        if n != n_tokens:
-            raise SnapshotCorrupt(f"engine state holds {n} positions, the snapshot header says {n_tokens}")
-
-    def close(self) -> None:
-        with self._lock:
-            super().close()
-            if self._cell._resident is self:
-                self._cell._resident = None
 
 
 def _versions(engine: Qwen35Engine) -> dict[str, str]:

@@ -49,6 +49,10 @@ class StateCapacityError(ExecutionError):
     """A request needs more positions or sequences than the state spec was sized for."""
 
 
+class StateFormatError(ExecutionError):
+    """Slot-state bytes are truncated, of another layout, or describe more positions than fit."""
+
+
 class TokenizerError(ExecutionError):
     """The tokenizer files are missing or unreadable."""
 

@@ -60,3 +60,11 @@ class StateSpec(abc.ABC):
         """Raise StateCapacityError if a sequence of n_positions does not fit."""
         if n_positions > self.capacity:
             raise StateCapacityError(f"{n_positions} positions exceed the state capacity {self.capacity}")
+
+    def kv_names(self) -> list[str]:
+        """Names of the per-position buffers (attention KV), in declaration order."""
+        return [b.spec.name for b in self.buffers() if b.per_position]
+
+    def fixed_names(self) -> list[str]:
+        """Names of the length-independent buffers (recurrent, conv state; what a checkpoint copies)."""
+        return [b.spec.name for b in self.buffers() if not b.per_position]

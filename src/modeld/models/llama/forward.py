@@ -21,26 +21,11 @@ import torch
 
 from modeld.execution.arena import Arena
 from modeld.execution.bindings import KernelSet
+from modeld.execution.step import StepContext  # re-exported: tests and engines import it from here
 from modeld.models.llama.config import LlamaConfig
 from modeld.models.llama.weights import LinearWeight, LlamaWeights
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """Where a forward call reads and writes state.
-
-    prefill: `slot` is the sequence, `start` the position of the first token.
-    decode:  `cache_lens` int32 [B] = positions of the new tokens (one per slot 0..B-1).
-    `positions` [N] int64 absolute positions of the N rows (RoPE).
-    """
-
-    decode: bool
-    positions: torch.Tensor
-    slot: int = 0
-    start: int = 0
-    cache_lens: torch.Tensor | None = None
 
 
 @dataclass

@@ -30,6 +30,3 @@ class LlamaStateSpec(StateSpec):
             out += [StateBuffer(BufferSpec(f"kv.{i}.k", shape, torch.bfloat16), True),
                     StateBuffer(BufferSpec(f"kv.{i}.v", shape, torch.bfloat16), True)]
         return out
-
-    def kv_names(self) -> list[str]:
-        return [b.spec.name for b in self.buffers()]

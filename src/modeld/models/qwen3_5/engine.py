@@ -13,8 +13,6 @@ StateFormatError (bad state bytes), GraphCaptureError (use_graph=True and captur
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,21 +21,15 @@ import torch
 from modeld.execution.arena import Arena
 from modeld.execution.bindings import KernelSet, default_kernels
 from modeld.execution.checkpoints import StateCheckpoints
-from modeld.execution.errors import ExecutionError, GraphCaptureError, StateCapacityError
-from modeld.execution.graphs import StepGraph
+from modeld.execution.errors import StateCapacityError, StateFormatError
+from modeld.execution.slot_engine import SlotEngine
 from modeld.execution.sources import TensorSource
 from modeld.models.qwen3_5.config import Qwen35Config
 from modeld.models.qwen3_5.forward import Probe, Qwen35Forward, StepContext
 from modeld.models.qwen3_5.state import Qwen35StateSpec
 from modeld.models.qwen3_5.weights import LoadReport, Qwen35Weights
 
-_STATE_MAGIC = b"Q35STATE"
-_STATE_VERSION = 1
-_STATE_HEAD = struct.Struct("<8sII32s")  # magic, version, n_tokens, layout digest
-
-
-class StateFormatError(ExecutionError):
-    """Slot-state bytes are truncated, of another layout, or describe more positions than fit."""
+__all__ = ["EngineOptions", "Qwen35Engine", "StateFormatError"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +42,13 @@ class EngineOptions:
     use_graph: bool | None = None  # None: capture on CUDA, eager elsewhere; True: capture or raise
 
 
-class Qwen35Engine:
-    """Loads weights from `source` into a weight arena, sizes the state arena, binds kernels."""
+class Qwen35Engine(SlotEngine):
+    """Loads weights from `source` into a weight arena, sizes the state arena, binds kernels.
+    Decode, layout digest and slot bytes (KV, then GDN conv + recurrent state, then logits) come
+    from `SlotEngine`; the hooks below keep the GDN checkpoints in step."""
+
+    STATE_MAGIC = b"Q35STATE"
+    STATE_LABEL = "qwen3_5"
 
     def __init__(self, config: Qwen35Config, source: TensorSource, device: torch.device | str = "cpu",
                  kernels: KernelSet | None = None, options: EngineOptions = EngineOptions(),
@@ -66,31 +63,7 @@ class Qwen35Engine:
         self.forward = Qwen35Forward(config, self.weights, self.state, self.kernels)
         self.ckpts = [StateCheckpoints(self.state, self.spec.fixed_names(), options.checkpoints)
                       for _ in range(options.slots)]
-        self.lengths = [0] * options.slots
-        B, dev = options.slots, self.device
-        self.logits = torch.zeros(B, config.vocab, dtype=torch.float32, device=dev)  # last logits per slot
-        self._ids = torch.zeros(B, dtype=torch.int64, device=dev)
-        self._lens = torch.zeros(B, dtype=torch.int32, device=dev)
-        self._pos = torch.zeros(B, dtype=torch.int64, device=dev)
-        self.graph = StepGraph(self._decode_step, dev)
-        self.graph_error: str | None = None
-        want_graph = options.use_graph if options.use_graph is not None else dev.type == "cuda"
-        if want_graph:
-            try:
-                self.graph.capture()  # warm-up + capture write into the (empty) state: zeroed below
-            except GraphCaptureError as exc:
-                if options.use_graph:
-                    raise
-                self.graph_error = str(exc)
-            self.state.zero_()
-            self.logits.zero_()
-
-    # ---------------------------------------------------------------- sizes
-    @property
-    def layout_digest(self) -> bytes:
-        """sha256 over the state layout (names, shapes, dtypes): state bytes carry it."""
-        desc = repr([(p.spec.name, p.spec.shape[1:], str(p.spec.dtype)) for p in self.state.layout])
-        return hashlib.sha256((desc + repr(self.config)).encode()).digest()
+        self._init_slots(config.vocab)
 
     # ---------------------------------------------------------------- prefill / decode
     def prefill(self, slot: int, tokens: Sequence[int], probe: Probe | None = None) -> torch.Tensor:
@@ -116,28 +89,12 @@ class Qwen35Engine:
                 self.ckpts[slot].save(slot, pos)
         return self.logits[slot]
 
-    def _decode_step(self) -> torch.Tensor:
-        self._pos.copy_(self._lens)
-        ctx = StepContext(decode=True, positions=self._pos, cache_lens=self._lens)
-        self.logits.copy_(self.forward(self._ids, ctx))
-        return self.logits
+    def _decoded(self, slot: int) -> None:
+        if self.lengths[slot] % self.options.checkpoint_every == 0:
+            self.ckpts[slot].save(slot, self.lengths[slot])
 
-    def decode(self, tokens: Sequence[int]) -> torch.Tensor:
-        """One token for every slot (len(tokens) == slots) at positions lengths[b]; returns logits
-        [B, V] fp32 (the static `self.logits`). Raises StateCapacityError."""
-        if len(tokens) != self.options.slots:
-            raise StateCapacityError(f"decode takes one token per slot ({self.options.slots}), got {len(tokens)}")
-        for n in self.lengths:
-            self.spec.check_fits(n + 1)
-        self._ids.copy_(torch.tensor(list(tokens), dtype=torch.int64))
-        self._lens.copy_(torch.tensor(self.lengths, dtype=torch.int32))
-        out = self.graph()
-        every = self.options.checkpoint_every
-        for b in range(self.options.slots):
-            self.lengths[b] += 1
-            if self.lengths[b] % every == 0:
-                self.ckpts[b].save(b, self.lengths[b])
-        return out
+    def _loaded(self, slot: int) -> None:
+        self.ckpts[slot].clear()
 
     # ---------------------------------------------------------------- state management
     def reset_slot(self, slot: int) -> None:
@@ -159,47 +116,3 @@ class Qwen35Engine:
         if n > base:
             self.prefill(slot, tokens[base:n])
         return n - base
-
-    def save_slot(self, slot: int) -> bytes:
-        """The slot's state as bytes: KV of its positions, GDN conv + recurrent state, last logits."""
-        n = self.lengths[slot]
-        parts = [_STATE_HEAD.pack(_STATE_MAGIC, _STATE_VERSION, n, self.layout_digest)]
-        for name in self.spec.kv_names():
-            parts.append(_bytes(self.state[name][slot, :n]))
-        for name in self.spec.fixed_names():
-            parts.append(_bytes(self.state[name][slot]))
-        parts.append(_bytes(self.logits[slot]))
-        return b"".join(parts)
-
-    def load_slot(self, slot: int, payload: bytes) -> int:
-        """Replace the slot's state by `save_slot` bytes; returns the position count. Validates
-        everything before writing anything. Raises StateFormatError."""
-        if len(payload) < _STATE_HEAD.size:
-            raise StateFormatError("state bytes are shorter than their header")
-        magic, version, n, digest = _STATE_HEAD.unpack_from(payload, 0)
-        if magic != _STATE_MAGIC or version != _STATE_VERSION:
-            raise StateFormatError("not qwen3_5 engine state bytes (bad magic or version)")
-        if digest != self.layout_digest:
-            raise StateFormatError("state bytes were written by an engine of another layout or config")
-        if n > self.options.capacity:
-            raise StateFormatError(f"state holds {n} positions, capacity is {self.options.capacity}")
-        views = [self.state[m][slot, :n] for m in self.spec.kv_names()]
-        views += [self.state[m][slot] for m in self.spec.fixed_names()] + [self.logits[slot]]
-        need = _STATE_HEAD.size + sum(v.numel() * v.element_size() for v in views)
-        if len(payload) != need:
-            raise StateFormatError(f"state bytes are {len(payload)} long, the layout needs {need}")
-        off = _STATE_HEAD.size
-        for v in views:
-            nb = v.numel() * v.element_size()
-            src = torch.frombuffer(bytearray(payload[off : off + nb]), dtype=torch.uint8) if nb else None
-            if src is not None:
-                v.copy_(src.view(v.dtype).view(v.shape))
-            off += nb
-        self.ckpts[slot].clear()
-        self.lengths[slot] = n
-        return n
-
-
-def _bytes(t: torch.Tensor) -> bytes:
-    t = t.detach().contiguous().to("cpu")
-    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""

@@ -43,10 +43,3 @@ class Qwen35StateSpec(StateSpec):
             out += [StateBuffer(BufferSpec(conv, (B, c.conv_kernel - 1, c.conv_dim), torch.bfloat16), False),
                     StateBuffer(BufferSpec(rec, (B, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim), torch.float32), False)]
         return out
-
-    def fixed_names(self) -> list[str]:
-        """Names of the length-independent buffers (what a GDN checkpoint copies)."""
-        return [b.spec.name for b in self.buffers() if not b.per_position]
-
-    def kv_names(self) -> list[str]:
-        return [b.spec.name for b in self.buffers() if b.per_position]

@@ -1,0 +1,143 @@
+"""`SlotEngine`: the model-independent half of a slot-based engine (decode plumbing + slot bytes).
+
+A model package's engine subclasses it and supplies `config`, `options`, `device`, `spec`,
+`state` and `forward` before calling `_init_slots(vocab)`; it keeps prefill, truncate and
+reset (which depend on the model's state: llama's KV cuts exactly, qwen3_5's GDN state needs
+checkpoints). What lives here is identical for every family:
+
+* static decode buffers `_ids`/`_lens`/`_pos` [B] and `logits` [B, V] fp32, so a captured decode
+  replays without allocating inputs, and the capture policy (`options.use_graph`: None = capture
+  on CUDA, eager elsewhere; True = capture or raise GraphCaptureError);
+* `decode`: one token for every slot through the captured step;
+* slot state bytes: header (magic, version, n, layout digest), the slot's per-position buffers
+  [:n], its fixed buffers, its last logits. `load_slot` validates everything before writing.
+
+Mutation: `decode`/`load_slot` mutate the named slots' state and `lengths`. Errors:
+StateCapacityError, StateFormatError, GraphCaptureError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+import torch
+
+from modeld.execution.errors import GraphCaptureError, StateCapacityError, StateFormatError
+from modeld.execution.graphs import StepGraph
+from modeld.execution.step import StepContext
+
+STATE_VERSION = 1
+STATE_HEAD = struct.Struct("<8sII32s")  # magic, version, n_tokens, layout digest
+
+
+class SlotEngine:
+    """Base class: subclasses set `STATE_MAGIC` (8 bytes) and `STATE_LABEL` (for error text) and
+    may override `_decoded(slot)` / `_loaded(slot)` (hooks after a decode step / a slot load)."""
+
+    STATE_MAGIC: bytes = b""
+    STATE_LABEL: str = ""
+
+    def _init_slots(self, vocab: int) -> None:
+        """Allocate lengths, logits and the static decode inputs; capture decode per the options
+        (warm-up + capture write into the empty state, which is zeroed afterwards)."""
+        options = self.options
+        self.lengths = [0] * options.slots
+        B, dev = options.slots, self.device
+        self.logits = torch.zeros(B, vocab, dtype=torch.float32, device=dev)  # last logits per slot
+        self._ids = torch.zeros(B, dtype=torch.int64, device=dev)
+        self._lens = torch.zeros(B, dtype=torch.int32, device=dev)
+        self._pos = torch.zeros(B, dtype=torch.int64, device=dev)
+        self.graph = StepGraph(self._decode_step, dev)
+        self.graph_error: str | None = None
+        want_graph = options.use_graph if options.use_graph is not None else dev.type == "cuda"
+        if want_graph:
+            try:
+                self.graph.capture()
+            except GraphCaptureError as exc:
+                if options.use_graph:
+                    raise
+                self.graph_error = str(exc)
+            self.state.zero_()
+            self.logits.zero_()
+
+    @property
+    def layout_digest(self) -> bytes:
+        """sha256 over the state layout (names, shapes, dtypes) and config: state bytes carry it."""
+        desc = repr([(p.spec.name, p.spec.shape[1:], str(p.spec.dtype)) for p in self.state.layout])
+        return hashlib.sha256((desc + repr(self.config)).encode()).digest()
+
+    # ---------------------------------------------------------------- decode
+    def _decode_step(self) -> torch.Tensor:
+        self._pos.copy_(self._lens)
+        ctx = StepContext(decode=True, positions=self._pos, cache_lens=self._lens)
+        self.logits.copy_(self.forward(self._ids, ctx))
+        return self.logits
+
+    def _decoded(self, slot: int) -> None:
+        """Hook: called for every slot right after its length grew by one in `decode`."""
+
+    def decode(self, tokens: Sequence[int]) -> torch.Tensor:
+        """One token for every slot (len(tokens) == slots) at positions lengths[b]; returns logits
+        [B, V] fp32 (the static `self.logits`). Raises StateCapacityError."""
+        if len(tokens) != self.options.slots:
+            raise StateCapacityError(f"decode takes one token per slot ({self.options.slots}), got {len(tokens)}")
+        for n in self.lengths:
+            self.spec.check_fits(n + 1)
+        self._ids.copy_(torch.tensor(list(tokens), dtype=torch.int64))
+        self._lens.copy_(torch.tensor(self.lengths, dtype=torch.int32))
+        out = self.graph()
+        for b in range(self.options.slots):
+            self.lengths[b] += 1
+            self._decoded(b)
+        return out
+
+    # ---------------------------------------------------------------- slot bytes
+    def _slot_views(self, slot: int, n: int) -> list[torch.Tensor]:
+        """The slot's saved tensors, in byte order: per-position buffers [:n], fixed buffers, logits."""
+        views = [self.state[m][slot, :n] for m in self.spec.kv_names()]
+        views += [self.state[m][slot] for m in self.spec.fixed_names()]
+        return views + [self.logits[slot]]
+
+    def _loaded(self, slot: int) -> None:
+        """Hook: called after `load_slot` wrote a slot's state, before its length is set."""
+
+    def save_slot(self, slot: int) -> bytes:
+        """The slot's state as bytes: header, KV of its positions, fixed state, last logits."""
+        n = self.lengths[slot]
+        parts = [STATE_HEAD.pack(self.STATE_MAGIC, STATE_VERSION, n, self.layout_digest)]
+        parts += [tensor_bytes(v) for v in self._slot_views(slot, n)]
+        return b"".join(parts)
+
+    def load_slot(self, slot: int, payload: bytes) -> int:
+        """Replace the slot's state by `save_slot` bytes; returns the position count. Validates
+        everything before writing anything. Raises StateFormatError."""
+        if len(payload) < STATE_HEAD.size:
+            raise StateFormatError("state bytes are shorter than their header")
+        magic, version, n, digest = STATE_HEAD.unpack_from(payload, 0)
+        if magic != self.STATE_MAGIC or version != STATE_VERSION:
+            raise StateFormatError(f"not {self.STATE_LABEL} engine state bytes (bad magic or version)")
+        if digest != self.layout_digest:
+            raise StateFormatError("state bytes were written by an engine of another layout or config")
+        if n > self.options.capacity:
+            raise StateFormatError(f"state holds {n} positions, capacity is {self.options.capacity}")
+        views = self._slot_views(slot, n)
+        need = STATE_HEAD.size + sum(v.numel() * v.element_size() for v in views)
+        if len(payload) != need:
+            raise StateFormatError(f"state bytes are {len(payload)} long, the layout needs {need}")
+        off = STATE_HEAD.size
+        for v in views:
+            nb = v.numel() * v.element_size()
+            if nb:
+                v.copy_(torch.frombuffer(bytearray(payload[off : off + nb]), dtype=torch.uint8).view(v.dtype).view(v.shape))
+            off += nb
+        self._loaded(slot)
+        self.lengths[slot] = n
+        return n
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's raw bytes (copied to host; b"" when empty)."""
+    t = t.detach().contiguous().to("cpu")
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""

@@ -1,0 +1,27 @@
+"""`StepContext`: where one forward call reads and writes state, for every model package.
+
+Model-independent on purpose: prefill addresses one slot from a start position, decode addresses
+every slot at its own length; each model's forward interprets it against its own state spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where a forward call reads and writes state.
+
+    prefill: `slot` is the sequence, `start` the position of the first token.
+    decode:  `cache_lens` int32 [B] = positions of the new tokens (one per slot 0..B-1).
+    `positions` [N] int64 absolute positions of the N rows (RoPE).
+    """
+
+    decode: bool
+    positions: torch.Tensor
+    slot: int = 0
+    start: int = 0
+    cache_lens: torch.Tensor | None = None

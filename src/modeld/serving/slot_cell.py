@@ -1,0 +1,132 @@
+"""Cells whose sessions take turns in slot 0 of one slot engine (T2 over any T1 `SlotEngine`).
+
+Model-independent half of the specialized cells (`cells/engine_llama.py`, `cells/engine_qwen3_5.py`):
+one engine slot holds the *resident* session's state; other sessions are parked as bytes
+(`engine.save_slot(0)`) and loaded back when used. Every engine call runs under the cell's `lock`.
+A model's cell keeps loading, tokenization, templates and capabilities; its session keeps
+`_engine_truncate` (how state is cut back is the model's business).
+
+The cell subclass sets `engine`, `tokenizer`, `config` (with `vocab`, `eos_ids`), `sampler`,
+`lock`, `_n_ctx`, `_identity` and `_resident = None`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from modeld.execution.errors import ExecutionError, StateFormatError
+from modeld.execution.sampler import SlotSampler
+from modeld.serving.contract import CONTEXT_POLICIES, Capabilities, Cell, IdentityKey, SamplingParams
+from modeld.serving.engine_session import EngineSession
+from modeld.serving.errors import FatalBackendState, InvalidRequest, SnapshotCorrupt
+
+
+class SlotEngineCell(Cell):
+    """Residency (park/load sessions in slot 0), identity, detokenize and close for a slot engine."""
+
+    @staticmethod
+    def _check_context(n_ctx: object, context_policy: object) -> None:
+        """Raise InvalidRequest unless n_ctx is an int in [16, 2**20] and the policy is known."""
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= 1 << 20:
+            raise InvalidRequest("n_ctx must be an integer in [16, 1048576]", param="n_ctx")
+        if context_policy not in CONTEXT_POLICIES:
+            raise InvalidRequest(f"context_policy must be one of {CONTEXT_POLICIES}", param="context_policy")
+
+    def activate(self, session: SlotEngineSession) -> None:
+        """Make `session` resident: park the current one as bytes, load the newcomer's. Under lock.
+        Raises FatalBackendState when a parked state does not load back (the session is reset)."""
+        if self._resident is session:
+            return
+        if self._resident is not None and not self._resident._closed and self._resident._kv:
+            self._resident._parked = self.engine.save_slot(0)
+        self._resident = None
+        parked, session._parked = session._parked, None
+        if parked is not None:
+            try:
+                self.engine.load_slot(0, parked)
+            except StateFormatError as exc:
+                self.engine.reset_slot(0)
+                session._kv, session._pending, session._logits_ready = [], None, False
+                self._resident = session
+                raise FatalBackendState(f"a parked session state did not load back ({exc}); the session was reset") from None
+        else:
+            self.engine.reset_slot(0)
+            session._kv, session._pending, session._logits_ready = [], None, False
+        self._resident = session
+
+    @property
+    def identity(self) -> IdentityKey:
+        return self._identity
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens])
+
+    def close(self) -> None:
+        with self.lock:
+            self._resident = None
+
+
+class SlotEngineSession(EngineSession):
+    """A session whose state lives in engine slot 0 while resident. Subclasses set
+    `ENGINE_LABEL` (error text) and implement `_engine_truncate`."""
+
+    ENGINE_LABEL = "slot"
+
+    def __init__(self, cell: SlotEngineCell) -> None:
+        super().__init__(cell.lock, cell._n_ctx, cell.config.vocab)
+        self._cell = cell
+        self._parked: bytes | None = None
+
+    def capabilities(self) -> Capabilities:
+        return self._cell.capabilities()
+
+    def _activate(self) -> None:
+        self._cell.activate(self)
+
+    def _engine_eval(self, tokens: Sequence[int]) -> None:
+        eng = self._cell.engine
+        if len(tokens) == 1 and eng.lengths[0] > 0:
+            self._guard(lambda: eng.decode(tokens))
+        else:
+            self._guard(lambda: eng.prefill(0, tokens))
+
+    def _guard(self, fn):
+        """Run an engine call; engine failures become FatalBackendState."""
+        try:
+            return fn()
+        except (ExecutionError, RuntimeError) as exc:
+            raise FatalBackendState(f"{self.ENGINE_LABEL} engine failed: {exc}") from None
+
+    def _engine_clear(self) -> None:
+        self._cell.engine.reset_slot(0)
+
+    def _engine_sampler(self, params: SamplingParams, seed: int) -> SlotSampler:
+        s = self._cell.sampler
+        s.configure(0, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
+        return s
+
+    def _engine_sample(self, sampler: SlotSampler) -> int:
+        return int(sampler.pick(self._cell.engine.logits[0:1])[0])
+
+    def _engine_piece(self, token: int) -> bytes:
+        return self._cell.tokenizer.piece(token)
+
+    def _engine_is_end(self, token: int) -> bool:
+        return token in self._cell.config.eos_ids
+
+    def _engine_save(self) -> bytes:
+        return self._cell.engine.save_slot(0)
+
+    def _engine_load(self, payload: bytes, n_tokens: int) -> None:
+        try:
+            n = self._cell.engine.load_slot(0, payload)
+        except StateFormatError as exc:
+            raise SnapshotCorrupt(str(exc)) from None
+        if n != n_tokens:
+            raise SnapshotCorrupt(f"engine state holds {n} positions, the snapshot header says {n_tokens}")
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+            if self._cell._resident is self:
+                self._cell._resident = None
