@@ -1,4 +1,4 @@
-"""Weight quantizers and their exact inverses (layouts: /work/main/.scratch/INTERFACES.md).
+"""Weight quantizers and their exact inverses (layouts: docs/interfaces.md).
 
 For a linear weight W [N, K] (N out features, K in features):
 

@@ -1,6 +1,6 @@
 """The weight recipe: which .mspec objects each source tensor becomes under a profile.
 
-Profiles (INTERFACES.md): `bf16` (linears and lm_head as bfloat16), `fp8` (linears as
+Profiles (docs/interfaces.md): `bf16` (linears and lm_head as bfloat16), `fp8` (linears as
 float8_e4m3fn + float32 per-output-channel scales), `int4` (linears as asymmetric g128 int4).
 In every profile: embeddings, norms, conv, A_log, dt_bias and the small GDN gate projections
 (in_proj_a/b) stay exactly as stored; lm_head stays bfloat16 (the recipe records

@@ -1,6 +1,6 @@
 """A small JSON cache of per-file facts keyed by (realpath, size, mtime_ns).
 
-Used for GGUF weights ids (`cache/weights-id.json`, INTERFACES.md) and GGUF metadata
+Used for GGUF weights ids (`cache/weights-id.json`, docs/interfaces.md) and GGUF metadata
 (`cache/gguf-metadata.json`): both cost seconds on large files and never change while the file
 does not. A stale, corrupt or unwritable cache only costs a recomputation, never a wrong answer:
 entries are reused only when size and mtime_ns still match, and a file that changes while it is

@@ -1,6 +1,6 @@
 """Where modeld keeps its local state: `MODELD_HOME` and the folders under it.
 
-Layout (INTERFACES.md):
+Layout (docs/interfaces.md):
     $MODELD_HOME/artifacts/              installed model files (.gguf, .mspec)
     $MODELD_HOME/registry.json           names -> artifacts registered by `modeld models add`
     $MODELD_HOME/cells/*.json            extra cell manifests (beside the built-in ones)

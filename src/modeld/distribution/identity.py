@@ -1,6 +1,6 @@
 """Model identity: `ModelIdentity(model_id, weights_id)` and the GGUF weights id.
 
-Rules (ARCHITECTURE.md §Selection, INTERFACES.md §Identities):
+Rules (ARCHITECTURE.md §Selection, docs/interfaces.md §Identities):
 * identities are opaque and case-sensitive: compared byte for byte, never normalised;
 * non-empty, at most 1024 bytes of UTF-8, no surrounding whitespace, no control characters;
 * `weights_id` is `"sha256:" + 64 lowercase hex`;

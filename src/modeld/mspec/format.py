@@ -47,7 +47,7 @@ DTYPES: dict[str, tuple[int, str]] = {
     "float8_e4m3fn": (1, "float8_e4m3fn"), "float8_e5m2": (1, "float8_e5m2"),
 }
 
-# Layout strings: "plain" for ordinary tensors and blobs; quantized layouts per INTERFACES.md.
+# Layout strings: "plain" for ordinary tensors and blobs; quantized layouts per docs/interfaces.md.
 PLAIN = "plain"
 FP8_LAYOUT = "fp8_e4m3/per-channel/v1"
 INT4_LAYOUT_PREFIX = "int4_asym/g"
@@ -120,7 +120,7 @@ def sha256_id(data: bytes) -> str:
 
 
 def weights_id(objects: list[dict]) -> str:
-    """INTERFACES.md: sha256(domain + canonical JSON of the sorted {name,dtype,shape,layout,sha256}
+    """docs/interfaces.md: sha256(domain + canonical JSON of the sorted {name,dtype,shape,layout,sha256}
     list) over the *tensor* objects (blobs such as tokenizer files have their own tokenizer_id)."""
     inventory = sorted(({k: o[k] for k in ("name", "dtype", "shape", "layout", "sha256")}
                         for o in objects if o["kind"] == "tensor"), key=lambda o: o["name"])

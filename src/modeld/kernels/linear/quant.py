@@ -1,4 +1,4 @@
-"""The quantised weight layouts of INTERFACES.md, in plain PyTorch (no Triton).
+"""The quantised weight layouts of docs/interfaces.md, in plain PyTorch (no Triton).
 
 `dequantize_*` are the exact definitions the kernels must reproduce; `quantize_*` are the
 bf16 -> profile recipes (the converter owns the real ones; these exist so tests and benchmarks can

@@ -3,7 +3,7 @@
 Shape letters (kernels/README.md): x [M, K] activations (M = tokens T or batch B), W [N, K].
 Every function computes in fp32 from the exact dequantised weight and rounds once at the end.
 
-Weight formats (INTERFACES.md, "Quantized weight layouts"):
+Weight formats (docs/interfaces.md, "Quantized weight layouts"):
 * bf16: `weight` bfloat16 [N, K].
 * fp8 (`"fp8_e4m3/per-channel/v1"`): `weight` float8_e4m3fn [N, K], `weight_scale` float32 [N];
   W[n, k] = float(weight[n, k]) * weight_scale[n].

@@ -11,7 +11,7 @@ Slots (arena buffers, fixed before a byte is read):
     lm_head                    [V, D] bf16 — absent when the embeddings are tied (the embed slot is read)
 
 A linear slot holds one of three formats, decided per slot by what the artifact stores
-(INTERFACES.md "Quantized weight layouts"): `.weight` bf16; `.weight` e4m3 + `.weight_scale` f32
+(docs/interfaces.md "Quantized weight layouts"): `.weight` bf16; `.weight` e4m3 + `.weight_scale` f32
 (fp8); `.qweight` u8 + `.scales` + `.mins` f16 (int4 groupwise asymmetric, any even group —
 the lossless Q4_1 import is g32). Concatenating parts along rows never changes a row's math, and
 every format's per-row tensors concatenate the same way. Loading is strict (STYLE.md habit 8):

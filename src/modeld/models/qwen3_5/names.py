@@ -7,7 +7,7 @@ Per output row nothing changes (each row is one dot product; fp8 scales and int4
 per row too), so concatenation does not change the math. `gdn.ba` stays apart from `gdn.in_proj`
 because the converter keeps those two small gate projections bf16 in every profile.
 
-Profiles (INTERFACES.md, quantized weight layouts): `bf16` (slot = the weight); `fp8` (slot +
+Profiles (docs/interfaces.md, quantized weight layouts): `bf16` (slot = the weight); `fp8` (slot +
 ".weight" e4m3 [N, K] and ".weight_scale" fp32 [N]); `int4` (slot + ".qweight" u8 [N, K/2],
 ".scales"/".mins" fp16 [N, K/G]). Only the `LINEAR_SLOTS` are quantized; embeddings, norms,
 conv, A_log, dt_bias, `gdn.ba` and lm_head stay as stored.
