@@ -25,6 +25,7 @@ from modeld.execution.artifacts import open_artifact
 from modeld.execution.bindings import KernelSet, default_kernels
 from modeld.execution.sampler import SlotSampler
 from modeld.execution.tokenizer import Tokenizer
+from modeld.kernels.versions import runtime_versions
 from modeld.models.llama.config import LlamaConfig
 from modeld.models.llama.engine import EngineOptions, LlamaEngine
 from modeld.serving.chat import ChatTemplate
@@ -181,14 +182,8 @@ def _tokenizer_meta(artifact) -> dict:
 
 
 def _versions(engine: LlamaEngine) -> dict[str, str]:
-    out = {"torch": torch.__version__, "kernels": engine.kernels.name, "device": str(engine.device),
-           "decode_graph": "captured" if engine.graph.captured else "eager"}
-    if engine.device.type == "cuda":
-        import triton
-
-        out["triton"] = triton.__version__
-        out["gpu"] = torch.cuda.get_device_name(engine.device)
-    return out
+    return {**runtime_versions(engine.device), "kernels": engine.kernels.name,
+            "decode_graph": "captured" if engine.graph.captured else "eager"}
 
 
 def build(spec, options) -> LlamaCell:

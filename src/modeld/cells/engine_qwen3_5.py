@@ -27,6 +27,7 @@ from modeld.execution.bindings import KernelSet, default_kernels
 from modeld.execution.sampler import SlotSampler
 from modeld.execution.artifacts import open_artifact
 from modeld.execution.tokenizer import Tokenizer
+from modeld.kernels.versions import runtime_versions
 from modeld.models.qwen3_5.config import Qwen35Config
 from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
 from modeld.serving.chat import ChatTemplate
@@ -133,17 +134,11 @@ class Qwen35Session(SlotEngineSession):
 
 
 def _versions(engine: Qwen35Engine) -> dict[str, str]:
-    out = {"torch": torch.__version__, "kernels": engine.kernels.name, "device": str(engine.device)}
-    if engine.device.type == "cuda":
-        import triton
-
-        out["triton"] = triton.__version__
-        out["gpu"] = torch.cuda.get_device_name(engine.device)
-    return out
+    return {**runtime_versions(engine.device), "kernels": engine.kernels.name}
 
 
 def build(spec, options) -> Qwen35Cell:
-    """Factory for `modeld.cells.CELL_FACTORIES` (manifest backend "modeld-qwen3_5")."""
+    """Factory for `modeld.cells.CELL_FACTORIES` (backend "engine", family "qwen3_5")."""
     return Qwen35Cell(spec.artifact_path, model_id=spec.model_id, weights_id=spec.weights_id,
                       cell_id=spec.cell_id, n_ctx=options.n_ctx, context_policy=options.context_policy,
                       manifest_version=spec.manifest_version)
