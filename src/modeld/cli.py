@@ -55,16 +55,22 @@ def _build_parser() -> argparse.ArgumentParser:
                          description="Generate a reply to PROMPT (read from stdin when omitted) and "
                          "stream it to stdout. By default the model's chat template is applied.")
     run.add_argument("prompt", nargs="?", help="the prompt text (default: read stdin)")
-    run.add_argument("--model", default=None, help="model name, registry name or .gguf path (default: smollm2)")
+    run.add_argument("--model", default=None,
+                     help="model name, registry name, or a .gguf/.mspec path (default: smollm2). An .mspec "
+                     "that no certified cell lists runs on the engine_reference cell: reference kernels "
+                     "on the CPU (correct, uncertified, slow)")
     run.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (default 256)")
     run.add_argument("--temperature", type=float, default=0.7, help="0 = greedy; up to 2 (default 0.7)")
     run.add_argument("--top-k", type=int, default=40, help="0 disables (default 40)")
     run.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1] (default 0.95)")
     run.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same text)")
     run.add_argument("--system", default=None, help="a system message to put before PROMPT")
-    run.add_argument("--raw", action="store_true", help="plain completion: no chat template")
+    run.add_argument("--raw", action="store_true",
+                     help="plain completion of PROMPT: no chat template; prints only the generated text")
     run.add_argument("--n-ctx", type=int, default=2048, help="context length in tokens (default 2048)")
-    run.add_argument("--trace", action="store_true", help="print the turn's token accounting (JSON) to stderr")
+    run.add_argument("--trace", action="store_true",
+                     help="print the turn's token accounting and the serving cell's identity (cell_id, "
+                     "backend/kernels, profile) as one JSON line to stderr")
     run.add_argument("--require-cell", default=None, metavar="CELL_ID",
                      help="fail (Fallback) unless selection picks this cell, instead of falling through")
 
@@ -74,7 +80,8 @@ def _build_parser() -> argparse.ArgumentParser:
                            "/metrics and /healthz.")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--model", default=None, help="default model, loaded at start (default: smollm2)")
+    serve.add_argument("--model", default=None,
+                       help="default model, loaded at start: a name or a .gguf/.mspec path (default: smollm2)")
     serve.add_argument("--n-ctx", type=int, default=2048, help="context length per cell (default 2048)")
     serve.add_argument("--max-queue", type=int, default=8, help="requests running or waiting before 429 (default 8)")
     serve.add_argument("--context-policy", choices=("clamp", "reject"), default="clamp",
@@ -118,6 +125,7 @@ def _cmd_run(args) -> int:
     runtime = Runtime(options=CellOptions(n_ctx=args.n_ctx))
     loaded = _with_status("loading model", lambda: runtime.load(args.model, require_cell=args.require_cell))
     cell = loaded.cell
+    _note_reference_cell(loaded.spec)
     if args.raw:
         tokens = cell.tokenize(prompt, add_special=True)
     else:
@@ -135,8 +143,21 @@ def _cmd_run(args) -> int:
     out.write("\n")
     out.flush()
     if args.trace and trace is not None:
-        print(json.dumps(trace.to_dict()), file=sys.stderr)
+        # The identity says which cell served (e.g. cell_id "engine_reference", backend
+        # "modeld-qwen3_5/reference"), so a user can see an uncertified fall-through.
+        print(json.dumps({**trace.to_dict(), "identity": cell.identity.to_dict(),
+                          "fell_through": loaded.spec.fell_through}), file=sys.stderr)
     return 0
+
+
+def _note_reference_cell(spec) -> None:
+    """On a terminal, say when the uncertified reference cell was selected (slow on a big model;
+    scripts see it in `--trace`'s identity instead, so piped stderr stays clean)."""
+    from modeld.cells.engine_reference import CELL_ID
+
+    if spec.cell_id == CELL_ID and sys.stderr.isatty():
+        print(f"note: no certified cell serves {spec.model_id} on this host; running on the {CELL_ID} "
+              "cell (engine on reference kernels, CPU: correct but uncertified and slow)", file=sys.stderr)
 
 
 def _with_status(message: str, fn):
@@ -151,15 +172,18 @@ def _with_status(message: str, fn):
 def _cmd_serve(args) -> int:
     from modeld.serving.http.app import serve
     from modeld.serving.http.state import ServerConfig
-    from modeld.serving.runtime import Runtime
+    from modeld.serving.runtime import DEFAULT_MODEL, Runtime
     from modeld.serving.selection import CellOptions
 
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be in [0, 65535]")
     if args.max_queue < 1:
         raise UsageError("--max-queue must be >= 1")
-    runtime = Runtime(options=CellOptions(n_ctx=args.n_ctx, context_policy=args.context_policy))
-    loaded = _with_status("loading model", lambda: runtime.load(args.model))
+    # --model becomes the runtime's default, so a request that names no model is answered by it
+    # (not by the embedded SmolLM2).
+    runtime = Runtime(options=CellOptions(n_ctx=args.n_ctx, context_policy=args.context_policy),
+                      default_model=args.model or DEFAULT_MODEL)
+    loaded = _with_status("loading model", lambda: runtime.load())
     print(f"modeld {__version__}: serving {loaded.name} ({loaded.spec.cell_id}) on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     serve(runtime, args.host, args.port, ServerConfig(max_queue=args.max_queue), log_level=args.log_level)

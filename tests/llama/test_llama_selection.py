@@ -56,7 +56,8 @@ def _resolve(tmp_path: Path, name: str, gpus: int, capsys) -> dict:
 def test_smollm2_on_a_simulated_h200_selects_the_engine_cell(home, tmp_path, capsys):
     data = _resolve(tmp_path, "SmolLM2", 1, capsys)
     assert data["selected"] == "engine_llama_smollm2" and not data["fell_through"]
-    assert {(r["cell_id"], r["reason"]) for r in data["rejections"]} == {("llama_cpp", "SpecializedCellSelected")}
+    assert {(r["cell_id"], r["reason"]) for r in data["rejections"]} == {
+        ("llama_cpp", "SpecializedCellSelected"), ("engine_reference", "ArtifactFormatUnsupported")}
 
 
 def test_smollm2_on_a_cpu_host_falls_through_to_llama_cpp(home, tmp_path, capsys):

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from modeld.serving.selection import CellOptions, CellSpec
 
 
+#: Kept equal to `modeld.cells.engine_reference.CELL_ID` (tests/cells checks), so that this module
+#: stays light (no torch import to learn one string).
+_REFERENCE_CELL_ID = "engine_reference"
+
+
 def _llama_cpp(spec: CellSpec, options: CellOptions):
     from modeld.cells.llama_cpp import LlamaCppCell
 
@@ -30,7 +35,14 @@ def _llama_cpp(spec: CellSpec, options: CellOptions):
 
 
 def _engine(spec: CellSpec, options: CellOptions):
-    """Our own engine: one specialized cell per model family, bound here in code."""
+    """Our own engine. The reference cell (manifest id `engine_reference.CELL_ID`, any .mspec,
+    reference kernels on the CPU) is bound here by its id; every other engine manifest gets the
+    family's specialized cell (Triton on CUDA). Raises EngineFamilyUnsupported for a family the
+    engine does not implement."""
+    if spec.cell_id == _REFERENCE_CELL_ID:
+        from modeld.cells.engine_reference import build as build_reference
+
+        return build_reference(spec, options)
     if spec.family == "qwen3_5":
         from modeld.cells.engine_qwen3_5 import build
 
@@ -39,9 +51,9 @@ def _engine(spec: CellSpec, options: CellOptions):
         from modeld.cells.engine_llama import build as build_llama
 
         return build_llama(spec, options)
-    from modeld.serving.errors import Unsupported
+    from modeld.cells.errors import EngineFamilyUnsupported
 
-    raise Unsupported(f"no engine cell for model family {spec.family!r} in this build", param="model")
+    raise EngineFamilyUnsupported(f"no engine cell for model family {spec.family!r} in this build", param="model")
 
 
 #: backend kind (manifest `backend`) -> factory(spec, options) -> Cell

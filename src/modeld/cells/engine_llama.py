@@ -186,8 +186,10 @@ def _versions(engine: LlamaEngine) -> dict[str, str]:
             "decode_graph": "captured" if engine.graph.captured else "eager"}
 
 
-def build(spec, options) -> LlamaCell:
-    """Factory for `modeld.cells.CELL_FACTORIES` (backend "engine", family "llama")."""
+def build(spec, options, *, device: str | torch.device | None = None, kernels: KernelSet | None = None) -> LlamaCell:
+    """Factory for `modeld.cells.CELL_FACTORIES` (backend "engine", family "llama"). Defaults:
+    CUDA with Triton when present, else the CPU with the references; `cells/engine_reference.py`
+    passes device "cpu" and `reference_kernels()` explicitly."""
     return LlamaCell(spec.artifact_path, model_id=spec.model_id, weights_id=spec.weights_id,
-                     cell_id=spec.cell_id, n_ctx=options.n_ctx, context_policy=options.context_policy,
-                     manifest_version=spec.manifest_version)
+                     cell_id=spec.cell_id, device=device, n_ctx=options.n_ctx, context_policy=options.context_policy,
+                     kernels=kernels, manifest_version=spec.manifest_version)

@@ -137,8 +137,10 @@ def _versions(engine: Qwen35Engine) -> dict[str, str]:
     return {**runtime_versions(engine.device), "kernels": engine.kernels.name}
 
 
-def build(spec, options) -> Qwen35Cell:
-    """Factory for `modeld.cells.CELL_FACTORIES` (backend "engine", family "qwen3_5")."""
+def build(spec, options, *, device: str | torch.device | None = None, kernels: KernelSet | None = None) -> Qwen35Cell:
+    """Factory for `modeld.cells.CELL_FACTORIES` (backend "engine", family "qwen3_5"). Defaults:
+    CUDA with Triton when present, else the CPU with the references; `cells/engine_reference.py`
+    passes device "cpu" and `reference_kernels()` explicitly."""
     return Qwen35Cell(spec.artifact_path, model_id=spec.model_id, weights_id=spec.weights_id,
-                      cell_id=spec.cell_id, n_ctx=options.n_ctx, context_policy=options.context_policy,
-                      manifest_version=spec.manifest_version)
+                      cell_id=spec.cell_id, device=device, n_ctx=options.n_ctx, context_policy=options.context_policy,
+                      kernels=kernels, manifest_version=spec.manifest_version)
