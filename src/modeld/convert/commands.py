@@ -23,7 +23,15 @@ def _synth_parser() -> argparse.ArgumentParser:
                     "tokenizer with the model's special-token ids and a chat template. Values are "
                     "a pure function of (seed, tensor name): the same command always writes the "
                     "same bytes. Tensors are streamed chunk by chunk into ~3 GB shards, so memory "
-                    "stays small even for the 27B shape (54 GB).")
+                    "stays small even for the 27B shape (54 GB). With --to-mspec, skips the "
+                    "checkpoint files and writes the .mspec artifact that `modeld convert --profile P` "
+                    "of that checkpoint would write, byte for byte (plus its inventories). With "
+                    "--identity, writes nothing and prints that artifact's identity as JSON "
+                    "(model_id, weights_id, tokenizer_id, recipe_hash, sizes).",
+        epilog="examples:\n  modeld synth --config tiny --seed 0 -o /tmp/ckpt\n"
+               "  modeld synth --config 27b --seed 0 --to-mspec /tmp/q27.mspec --profile int4 --device cuda\n"
+               "  modeld synth --config 27b --seed 0 --identity --profile int4 --workers 1",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", default="qwen3_5", choices=["qwen3_5"], help="model family (default qwen3_5)")
     p.add_argument("--config", required=True, choices=["27b", "tiny", "small", "odd"],
                    help="27b: exact Qwen3.8-27B shapes; tiny/small: small shapes where every K is a "
@@ -31,10 +39,24 @@ def _synth_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=None,
                    help="override the depth (layer i is full attention iff i %% 4 == 3)")
     p.add_argument("--seed", type=int, required=True, help="seed (non-negative integer)")
-    p.add_argument("-o", "--output", required=True, type=Path, help="output directory (new or empty)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("-o", "--output", type=Path, help="output checkpoint directory (new or empty)")
+    what.add_argument("--to-mspec", type=Path, metavar="OUT.mspec",
+                      help="write the converted .mspec artifact directly (no checkpoint files)")
+    what.add_argument("--identity", action="store_true",
+                      help="print the identity of the converted artifact as JSON; write nothing")
     p.add_argument("--workers", type=int, default=None, help="generator threads (default: CPUs, max 16)")
-    p.add_argument("--shard-gb", type=float, default=3.0, help="target shard size in GB (default 3)")
+    p.add_argument("--shard-gb", type=float, default=3.0, help="target shard size in GB (default 3; -o only)")
     p.add_argument("--no-mtp", action="store_true", help="omit the mtp.* tensors")
+    p.add_argument("--profile", default="bf16", choices=["bf16", "fp8", "int4"],
+                   help="weight profile of the artifact (--to-mspec/--identity; as `modeld convert`)")
+    p.add_argument("--device", default="cpu",
+                   help="device that quantizes fp8/int4 linears, e.g. cuda (bit-identical to cpu; default cpu)")
+    p.add_argument("--model-id", default=None, help="model identity to record (default: the synth model id)")
+    p.add_argument("--force", action="store_true", help="replace an existing --to-mspec file")
+    p.add_argument("--hash-workers", type=int, default=1, help="--identity: hashing threads (default 1)")
+    p.add_argument("--prefetch-gb", type=float, default=4.0,
+                   help="--to-mspec/--identity: tensors generated ahead of the writer, in GB (default 4)")
     return p
 
 
@@ -49,7 +71,11 @@ def synth_main(argv: list[str]) -> int:
         raise SynthConfigError(f"--seed must be >= 0, got {args.seed}")
     if args.shard_gb <= 0:
         raise SynthConfigError("--shard-gb must be positive")
+    if args.workers is not None and args.workers < 1:
+        raise SynthConfigError(f"--workers must be >= 1, got {args.workers}")
     shape = preset(args.config, args.layers)
+    if args.output is None:
+        return _synth_artifact(args, shape)
     start = time.perf_counter()
     result = write_synthetic(shape, args.seed, args.output, workers=args.workers,
                              shard_bytes=int(args.shard_gb * 1e9), include_mtp=not args.no_mtp)
@@ -57,6 +83,57 @@ def synth_main(argv: list[str]) -> int:
     print(f"wrote {result.model_id}: {result.tensors} tensors, {result.total_bytes / 1e9:.3f} GB "
           f"in {result.shards} shard(s) to {result.out_dir} ({seconds:.1f} s)")
     return 0
+
+
+def _check_device(device: str) -> str | None:
+    """None for cpu (quantize in place), else the device string once torch accepts it."""
+    from modeld.convert.errors import DeviceError
+
+    if device == "cpu":
+        return None
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise DeviceError(f"--device {device!r}: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"--device {device}: CUDA is not available here")
+    return device
+
+
+def _synth_artifact(args, shape) -> int:
+    """--to-mspec / --identity: the converted artifact of the synth checkpoint, with no files between."""
+    from modeld.convert.errors import SynthConfigError
+
+    if args.prefetch_gb < 0 or args.hash_workers < 1:
+        raise SynthConfigError("--prefetch-gb must be >= 0 and --hash-workers >= 1")
+    device = _check_device(args.device)
+    prefetch = int(args.prefetch_gb * 1e9)
+    start = time.perf_counter()
+    if args.identity:
+        from modeld.convert.identity_preview import synth_identity
+
+        ident = synth_identity(args.config, args.seed, args.profile, layers=args.layers,
+                               include_mtp=not args.no_mtp, model_id=args.model_id, device=device,
+                               workers=args.workers, hash_workers=args.hash_workers, prefetch_bytes=prefetch)
+        print(json.dumps({**ident.as_json(), "seconds": round(time.perf_counter() - start, 1)}, indent=2))
+        return 0
+    from modeld.convert.synth_source import write_synth_mspec
+
+    result = write_synth_mspec(shape, args.seed, args.profile, args.to_mspec, include_mtp=not args.no_mtp,
+                               model_id=args.model_id, device=device, workers=args.workers,
+                               overwrite=args.force, prefetch_bytes=prefetch)
+    _print_emitted(result)
+    return 0
+
+
+def _print_emitted(result) -> None:
+    d = result.directory
+    print(f"wrote {result.path} ({result.path.stat().st_size / 1e6:.1f} MB, {len(d.objects)} objects, "
+          f"{result.seconds:.1f} s)\n  model_id   {d.model_id}\n  weights_id {d.weights_id}\n"
+          f"  recipe     {d.recipe_hash} ({d.recipe.get('profile')})\n"
+          f"  inventory  {result.inventory_json} / {result.inventory_txt.name}")
 
 
 def _convert_parser() -> argparse.ArgumentParser:
@@ -68,9 +145,14 @@ def _convert_parser() -> argparse.ArgumentParser:
                     "translated once through the family's map; missing or leftover tensors and "
                     "shape/dtype mismatches are errors. The tokenizer and chat template travel "
                     "inside the artifact. Also writes OUT.inventory.json and OUT.inventory.txt "
-                    "(every object, its layout and its quantization error).")
+                    "(every object, its layout and its quantization error). With --identity instead "
+                    "of -o, writes nothing and prints the artifact's identity as JSON.")
     p.add_argument("source", type=Path, help="HF checkpoint directory or .gguf file")
-    p.add_argument("-o", "--output", required=True, type=Path, help="output .mspec path")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("-o", "--output", type=Path, help="output .mspec path")
+    what.add_argument("--identity", action="store_true",
+                      help="print the identity the artifact would have (model_id, weights_id, ...) as "
+                           "JSON; runs the whole conversion but writes no file")
     p.add_argument("--profile", default=None, choices=["bf16", "fp8", "int4"],
                    help="linear-layer weights: bf16 (default for checkpoint directories); fp8 e4m3 "
                         "with per-output-channel fp32 scales; int4 asymmetric groupwise g128 (default "
@@ -80,6 +162,9 @@ def _convert_parser() -> argparse.ArgumentParser:
                    help="model identity to record (default: synth.json's, config _name_or_path, or "
                         "for GGUF <general.organization>/<file name before the first dot>)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--device", default="cpu",
+                   help="device that quantizes fp8/int4 linears of a checkpoint directory, e.g. cuda "
+                        "(bit-identical to cpu; default cpu)")
     return p
 
 
@@ -92,19 +177,25 @@ def convert_main(argv: list[str]) -> int:
     if args.source.is_dir():
         from modeld.convert.hf_convert import plan_hf
 
-        plan = plan_hf(args.source, args.profile or "bf16", args.model_id)
+        plan = plan_hf(args.source, args.profile or "bf16", args.model_id, device=_check_device(args.device),
+                       measure_error=not args.identity)
     elif args.source.is_file() and args.source.suffix == ".gguf":
         from modeld.convert.gguf_import import plan_gguf
 
+        if args.device != "cpu":
+            from modeld.convert.errors import DeviceError
+
+            raise DeviceError("--device applies to checkpoint directories only (GGUF import runs on the CPU)")
         plan = plan_gguf(args.source, args.profile, args.model_id)
     else:
         raise SourceNotFoundError(f"{args.source} is neither a checkpoint directory nor a .gguf file")
+    if args.identity:
+        from modeld.convert.identity_preview import preview_identity
+
+        print(json.dumps(preview_identity(plan).as_json(), indent=2))
+        return 0
     result = emit(plan, args.output, overwrite=args.force)
-    d = result.directory
-    print(f"wrote {result.path} ({result.path.stat().st_size / 1e6:.1f} MB, {len(d.objects)} objects, "
-          f"{result.seconds:.1f} s)\n  model_id   {d.model_id}\n  weights_id {d.weights_id}\n"
-          f"  recipe     {d.recipe_hash} ({d.recipe.get('profile')})\n"
-          f"  inventory  {result.inventory_json} / {result.inventory_txt.name}")
+    _print_emitted(result)
     return 0
 
 

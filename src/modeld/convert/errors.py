@@ -59,3 +59,7 @@ class GGUFTensorTypeError(ConvertError):
 
 class ModelIdError(ConvertError):
     """No model_id was given and none can be derived from the source (or it is not a valid identity)."""
+
+
+class DeviceError(ConvertError):
+    """The requested quantization device is not valid or not available on this machine."""

@@ -8,14 +8,13 @@ into the directory metadata. Nothing is read beyond safetensors headers until `e
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from modeld.convert.emit import ConversionPlan, check_model_id
 from modeld.convert.errors import (LeftoverTensorError, MissingTensorError, SourceFormatError,
                                    TensorShapeError)
 from modeld.convert.families import rules_for
-from modeld.convert.hf_source import HFCheckpoint
+from modeld.convert.hf_source import CheckpointFiles, HFCheckpoint
 from modeld.convert.recipe import InventoryRow, plan_objects, recipe_dict
 from modeld.mspec import format as F
 from modeld.mspec.writer import blob_object
@@ -26,25 +25,35 @@ def _listing(names: set[str]) -> str:
     return ", ".join(shown) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
 
 
-def _model_id(ckpt: HFCheckpoint, explicit: str | None) -> str:
+def _model_id(ckpt: CheckpointFiles, explicit: str | None) -> str:
     if explicit:
         return check_model_id(explicit)
-    synth = ckpt.root / "synth.json"
-    if synth.is_file():
-        return check_model_id(json.loads(synth.read_text()).get("model_id"))
+    synth = ckpt.json_file("synth.json")
+    if synth is not None:
+        return check_model_id(synth.get("model_id"))
     name = ckpt.config.get("_name_or_path")
     return check_model_id(name if isinstance(name, str) and name and not name.startswith("/") else None)
 
 
-def _special_ids(ckpt: HFCheckpoint, text: dict) -> dict:
-    gen = ckpt._json("generation_config.json") or {}
+def _special_ids(ckpt: CheckpointFiles, text: dict) -> dict:
+    gen = ckpt.json_file("generation_config.json") or {}
     pick = lambda key: gen.get(key, text.get(key, ckpt.config.get(key)))   # noqa: E731
     return {"bos_token_id": pick("bos_token_id"), "eos_token_id": pick("eos_token_id"),
             "pad_token_id": pick("pad_token_id")}
 
 
-def plan_hf(src: str | Path, profile: str, model_id: str | None = None) -> ConversionPlan:
-    ckpt = HFCheckpoint(src)
+def plan_hf(src: str | Path, profile: str, model_id: str | None = None, *, device: str | None = None,
+            measure_error: bool = True) -> ConversionPlan:
+    """Plan the conversion of the checkpoint directory `src` (see module doc)."""
+    return plan_checkpoint(HFCheckpoint(src), profile, model_id, device=device, measure_error=measure_error)
+
+
+def plan_checkpoint(ckpt, profile: str, model_id: str | None = None, *, device: str | None = None,
+                    measure_error: bool = True) -> ConversionPlan:
+    """Plan from any checkpoint with HFCheckpoint's interface (`config`, `tensors`, `load(name)`
+    and the CheckpointFiles side-file methods): an on-disk directory or a virtual one such as
+    synth_source.SynthCheckpoint, which therefore gets exactly the on-disk plan. `device` and
+    `measure_error` go to recipe.plan_objects. Reads no tensor data; raises the named errors."""
     fmap = rules_for(ckpt.config, set(ckpt.tensors))
     recipe = recipe_dict(profile, fmap.family, "hf-safetensors")
     expected = {r.source for r in fmap.rules}
@@ -65,7 +74,7 @@ def plan_hf(src: str | Path, profile: str, model_id: str | None = None) -> Conve
                 raise SourceFormatError(f"{src_t.name}: loaded {t.dtype} {list(t.shape)} differs from its header")
             return t
 
-        part = plan_objects(rule, src_t.dtype, load, profile)
+        part = plan_objects(rule, src_t.dtype, load, profile, device=device, measure_error=measure_error)
         plan.objects += part.objects
         plan.rows += part.rows
     blobs = ckpt.tokenizer_blobs()

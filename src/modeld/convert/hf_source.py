@@ -27,7 +27,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config
 @dataclass(frozen=True)
 class SourceTensor:
     name: str
-    file: Path
+    file: Path | None          # None for virtual checkpoints (synth_source.SynthCheckpoint)
     dtype: str                 # our dtype names ("bfloat16", ...)
     shape: tuple[int, ...]
 
@@ -76,32 +76,66 @@ def read_safetensors_header(path: Path) -> dict[str, SourceTensor]:
     return out
 
 
-class HFCheckpoint:
-    """A checkpoint directory: `config`, `tensors` (name -> SourceTensor), tokenizer files."""
+class CheckpointFiles:
+    """Side-file logic shared by on-disk and virtual checkpoints, so both read the same way.
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        if not self.root.is_dir():
-            raise SourceNotFoundError(f"{self.root} is not a checkpoint directory")
-        self.config = self._json("config.json", required=True)
-        self.tensors = self._list_tensors()
+    Subclasses provide `root` (for messages) and `file_bytes(name) -> bytes | None`.
+    """
 
-    def _json(self, name: str, required: bool = False) -> dict | None:
-        path = self.root / name
-        if not path.is_file():
+    root: Path
+
+    def file_bytes(self, name: str) -> bytes | None:
+        raise NotImplementedError
+
+    def json_file(self, name: str, required: bool = False) -> dict | None:
+        """Parsed JSON object `name`, None if absent (SourceFormatError if required or malformed)."""
+        raw = self.file_bytes(name)
+        if raw is None:
             if required:
                 raise SourceFormatError(f"{self.root} has no {name}")
             return None
         try:
-            value = json.loads(path.read_text(encoding="utf-8"))
+            value = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise SourceFormatError(f"{name}: not valid JSON ({err})") from None
         if not isinstance(value, dict):
             raise SourceFormatError(f"{name}: not a JSON object")
         return value
 
+    _json = json_file
+
+    def tokenizer_blobs(self) -> dict[str, bytes]:
+        """Tokenizer-side files present in the checkpoint (tokenizer.json is required)."""
+        blobs = {name: raw for name in TOKENIZER_FILES if (raw := self.file_bytes(name)) is not None}
+        if "tokenizer.json" not in blobs:
+            raise SourceFormatError(f"{self.root} has no tokenizer.json (the artifact must carry its tokenizer)")
+        return blobs
+
+    def chat_template(self) -> str | None:
+        jinja = self.file_bytes("chat_template.jinja")
+        if jinja is not None:     # universal newlines, as Path.read_text gives
+            return jinja.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        config = self.json_file("tokenizer_config.json") or {}
+        template = config.get("chat_template")
+        return template if isinstance(template, str) else None
+
+
+class HFCheckpoint(CheckpointFiles):
+    """A checkpoint directory: `config`, `tensors` (name -> SourceTensor), tokenizer files."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise SourceNotFoundError(f"{self.root} is not a checkpoint directory")
+        self.config = self.json_file("config.json", required=True)
+        self.tensors = self._list_tensors()
+
+    def file_bytes(self, name: str) -> bytes | None:
+        path = self.root / name
+        return path.read_bytes() if path.is_file() else None
+
     def _list_tensors(self) -> dict[str, SourceTensor]:
-        index = self._json("model.safetensors.index.json")
+        index = self.json_file("model.safetensors.index.json")
         if index is None:
             shards = sorted(self.root.glob("*.safetensors"))
             if not shards:
@@ -135,17 +169,3 @@ class HFCheckpoint:
         t = self.tensors[name]
         with safe_open(str(t.file), framework="pt") as f:
             return f.get_tensor(name)
-
-    def tokenizer_blobs(self) -> dict[str, bytes]:
-        """Tokenizer-side files present in the checkpoint (tokenizer.json is required)."""
-        if not (self.root / "tokenizer.json").is_file():
-            raise SourceFormatError(f"{self.root} has no tokenizer.json (the artifact must carry its tokenizer)")
-        return {name: (self.root / name).read_bytes() for name in TOKENIZER_FILES if (self.root / name).is_file()}
-
-    def chat_template(self) -> str | None:
-        jinja = self.root / "chat_template.jinja"
-        if jinja.is_file():
-            return jinja.read_text(encoding="utf-8")
-        config = self._json("tokenizer_config.json") or {}
-        template = config.get("chat_template")
-        return template if isinstance(template, str) else None

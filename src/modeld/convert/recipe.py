@@ -8,7 +8,10 @@ In every profile: embeddings, norms, conv, A_log, dt_bias and the small GDN gate
 
 `plan_objects(rule, dtype, load)` returns PlannedObjects whose producers call `load()` once per
 source tensor (a small refcounted cache shares the quantized parts) and record the reconstruction
-error into an `InventoryRow`. Raises UnknownProfileError, TensorDtypeError, QuantizationShapeError.
+error into an `InventoryRow`. With `device` ("cuda"), quantization and its error run there and the
+parts come back to the CPU: the bytes are the same as on the CPU (quantize.py's device-exact
+contract). `measure_error=False` skips the error columns (identity previews: bytes unchanged).
+Raises UnknownProfileError, TensorDtypeError, QuantizationShapeError.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class PlannedTensorSet:
 
 
 def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
-                 group: int = INT4_GROUP) -> PlannedTensorSet:
+                 group: int = INT4_GROUP, *, device: str | None = None,
+                 measure_error: bool = True) -> PlannedTensorSet:
     """Objects for one source tensor (see module doc)."""
     import torch
 
@@ -102,6 +106,8 @@ def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
             if dtype == src_dtype:
                 return w
             out_t = w.to(torch.bfloat16)
+            if not measure_error:
+                return out_t
             ref = w.reshape(w.shape[0], -1) if w.dim() >= 2 else w.reshape(1, -1)
             got = out_t.reshape(ref.shape)
             err = Q.reconstruction_error(ref, lambda r0, r1: got[r0:r1].float())
@@ -128,16 +134,21 @@ def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
 
     def make() -> dict:
         w = load()
+        if device is not None:
+            w = w.to(device)
+        at = w.device                   # parts stay beside W until the error is measured
         if profile == "fp8":
-            q, s = Q.quantize_fp8(w, rule.source)
-            err = Q.reconstruction_error(w, lambda r0, r1: Q.dequantize_fp8(q[r0:r1], s[r0:r1]))
+            q, s = Q.quantize_fp8(w, rule.source, out_device=at)
+            dequant = lambda r0, r1: Q.dequantize_fp8(q[r0:r1], s[r0:r1])          # noqa: E731
             parts = {"weight": q, "weight_scale": s}
         else:
-            qw, sc, mn = Q.quantize_int4(w, group, rule.source)
-            err = Q.reconstruction_error(w, lambda r0, r1: Q.dequantize_int4(qw[r0:r1], sc[r0:r1], mn[r0:r1]))
+            qw, sc, mn = Q.quantize_int4(w, group, rule.source, out_device=at)
+            dequant = lambda r0, r1: Q.dequantize_int4(qw[r0:r1], sc[r0:r1], mn[r0:r1])  # noqa: E731
             parts = {"qweight": qw, "scales": sc, "mins": mn}
-        primary.max_abs_err, primary.rel_fro_err = err.max_abs, err.rel_fro
-        return parts
+        if measure_error:
+            err = Q.reconstruction_error(w, dequant)
+            primary.max_abs_err, primary.rel_fro_err = err.max_abs, err.rel_fro
+        return {key: t.cpu() for key, t in parts.items()}   # the writer takes CPU tensors
 
     shared = _Shared(make, pending=len(specs))
     for key, (dt, shp) in specs.items():

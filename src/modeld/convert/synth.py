@@ -79,13 +79,22 @@ def chunk_values(spec: TensorSpec, seed: int, chunk: int, count: int) -> np.ndar
     raise ValueError(f"unknown init kind {spec.init!r}")
 
 
+def storage_tensor(values: np.ndarray, dtype: str):
+    """float32 chunk values -> the CPU torch tensor synth stores for safetensors dtype `dtype`
+    (F32 as is, BF16 rounded to nearest even). The one cast shared by the files and by
+    synth_source.SynthCheckpoint, so both hold the same bits."""
+    import torch
+
+    t = torch.from_numpy(values)
+    return t if dtype == "F32" else t.to(torch.bfloat16)
+
+
 def _encode(values: np.ndarray, dtype: str) -> bytes | memoryview:
     if dtype == "F32":
         return memoryview(values).cast("B")
     import torch
 
-    bf16 = torch.from_numpy(values).to(torch.bfloat16)   # round to nearest even
-    return memoryview(bf16.view(torch.int16).numpy()).cast("B")
+    return memoryview(storage_tensor(values, dtype).view(torch.int16).numpy()).cast("B")
 
 
 def _jobs(specs: list[TensorSpec]) -> Iterator[tuple[TensorSpec, int, int]]:
@@ -147,11 +156,17 @@ def write_synthetic(shape: Qwen35Shape, seed: int, out_dir: Path, *, workers: in
     return SynthResult(out_dir, model_id_for(shape, seed), len(specs), writer.total_bytes, shards)
 
 
-def _write_side_files(shape: Qwen35Shape, seed: int, out_dir: Path, include_mtp: bool) -> None:
-    (out_dir / "config.json").write_text(json.dumps(hf_config(shape), indent=2) + "\n")
-    for name, text in tokenizer_files(shape.bos_id, shape.im_end_id).items():
-        (out_dir / name).write_text(text, encoding="utf-8")
+def side_files(shape: Qwen35Shape, seed: int, include_mtp: bool) -> dict[str, bytes]:
+    """Every non-tensor file of the checkpoint, name -> exact bytes (also the virtual checkpoint's)."""
+    files = {"config.json": json.dumps(hf_config(shape), indent=2) + "\n"}
+    files.update(tokenizer_files(shape.bos_id, shape.im_end_id))
     recipe = {"generator": GENERATOR_VERSION, "family": "qwen3_5", "config": shape.name,
               "layers": shape.layers, "seed": seed, "model_id": model_id_for(shape, seed),
               "include_mtp": include_mtp, "vision_tensors": "omitted", "chunk_elems": CHUNK_ELEMS}
-    (out_dir / "synth.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    files["synth.json"] = json.dumps(recipe, indent=2) + "\n"
+    return {name: text.encode("utf-8") for name, text in files.items()}
+
+
+def _write_side_files(shape: Qwen35Shape, seed: int, out_dir: Path, include_mtp: bool) -> None:
+    for name, data in side_files(shape, seed, include_mtp).items():
+        (out_dir / name).write_bytes(data)
