@@ -8,8 +8,13 @@ calls rotating over enough input sets to exceed 3x L2 (so weights stream from HB
 fraction = (bytes / copy bandwidth) / p50; compute-bound ops report TFLOP/s and fraction = baseline
 p50 / our p50 (cuBLAS on the same shape) or of the 8192^3 cuBLAS rate (attention prefill).
 Writes kernels.json (all rows, written after every row) under --out and prints a table.
+Sections gemv-ab / sweep-gemv-v2: the old (v1) and new (v2, linear/gemv.py) int4/fp8 decode GEMV
+side by side at every 27B shape, and v2 tile candidates. --dry-run runs the GEMV sections on CPU
+through the Triton interpreter at tiny shapes (no GPU; catches errors before a device call).
 
     PYTHONPATH=src:. python3 bench/kernels.py --out $OUT [--sections gemv,decode,...] [--reps 15]
+    PYTHONPATH=src:. python3 bench/kernels.py --out /tmp/k --dry-run      # CPU, ~1 min
+    PYTHONPATH=src:. python3 bench/kernels.py --out /tmp/k --offline-sass # CPU: loop SASS per weight
 """
 
 from __future__ import annotations
@@ -27,11 +32,20 @@ ROWS: list[dict] = []
 ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
+DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2")
 
 
 # ----------------------------------------------------------------------------- timing
 def time_calls(call, n_sets: int, reps: int, target_ms: float = 25.0) -> tuple[float, float]:
     """p50/p90 milliseconds per call of call(i) (i = input set), graph-replayed."""
+    if DEV == "cpu":  # --dry-run: exercises the code path only; the numbers mean nothing
+        times = []
+        for r in range(2):
+            t0 = time.perf_counter()
+            call(r % n_sets)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return float(min(times)), float(max(times))
     for i in range(n_sets):
         call(i)
     torch.cuda.synchronize()
@@ -78,6 +92,8 @@ def time_calls(call, n_sets: int, reps: int, target_ms: float = 25.0) -> tuple[f
 
 def n_sets_for(nbytes: int) -> int:
     """Input sets needed so that one round exceeds 3x L2 (at most 8)."""
+    if DEV == "cpu":
+        return 1
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     return max(1, min(8, -(-3 * l2 // max(1, nbytes))))
 
@@ -172,7 +188,7 @@ def ceilings(reps):
 # ----------------------------------------------------------------------------- linear
 def _make_weights(fmt, n_rows, k, gen):
     from modeld.kernels.linear import quant
-    w = torch.randn(n_rows, k, device="cuda", generator=gen) / k**0.5
+    w = torch.randn(n_rows, k, device=DEV, generator=gen) / k**0.5
     if fmt == "bf16":
         return (w.bfloat16(),), 2 * n_rows * k
     if fmt == "fp8":
@@ -193,21 +209,43 @@ def _linear_fn(fmt, swiglu):
 LINEAR_SHAPES = [("mlp gate+up swiglu", 17408, 5120, True), ("mlp down", 5120, 17408, False),
                  ("gdn in_proj_qkv", 10240, 5120, False), ("attn q_proj", 12288, 5120, False),
                  ("o_proj/out_proj", 5120, 6144, False)]
+# --dry-run (CPU interpreter): same labels, tiny N/K (K a multiple of 128 for int4 g128)
+DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384, False),
+                     ("gdn in_proj_qkv", 36, 256, False), ("attn q_proj", 16, 256, False),
+                     ("o_proj/out_proj", 20, 128, False)]
 
 
 @guarded
-def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True):
+def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):
+    """One linear case. variant "v1"/"v2" sets linear.triton.GEMV_VARIANT (the M == 1 int4/fp8
+    kernel) for this case only, so old and new GEMV are timed in the same run, tagged [v1]/[v2]."""
+    from modeld.kernels.linear import triton as lin
+    if variant is None:
+        return _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
+    saved = lin.GEMV_VARIANT
+    lin.GEMV_VARIANT = variant
+    try:
+        return _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, f"{tag} [{variant}]", baseline)
+    finally:
+        lin.GEMV_VARIANT = saved
+
+
+def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline):
     from modeld.kernels.linear import configs
     from modeld.kernels.linear import triton as lin
     n_rows = 2 * n if swiglu else n
     _, wbytes = _make_weights(fmt, 1, k, gen)  # bytes per row
     sets = n_sets_for(wbytes * n_rows)
     weights = [_make_weights(fmt, n_rows, k, gen)[0] for _ in range(sets)]
-    xs = [torch.randn(m, k, device="cuda", generator=gen).bfloat16() for _ in range(sets)]
+    xs = [torch.randn(m, k, device=DEV, generator=gen).bfloat16() for _ in range(sets)]
     if config is None:
         fn = _linear_fn(fmt, swiglu)
         call = lambda i: fn(xs[i], *weights[i])  # noqa: E731
         cfg = configs.pick(90, "int4" if fmt.startswith("int4") else fmt, swiglu, m, n, k, False)
+        fmt_name = "int4" if fmt.startswith("int4") else fmt
+        if m == 1 and fmt_name in ("int4", "fp8") and lin.GEMV_VARIANT == "v2":
+            cfg = configs.pick_gemv(90, fmt_name, swiglu, n, k,
+                                    int(fmt.removeprefix("int4g")) if fmt_name == "int4" else 0, DEV == "cpu")
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)
         group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
@@ -220,7 +258,7 @@ def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", ba
     b50 = None
     if m <= 16:  # memory bound: fraction of the copy roofline; baseline cuBLAS bf16 on the same shape
         n_base = n_sets_for(2 * n_rows * k) if baseline else 0
-        wb = [torch.randn(n_rows, k, device="cuda", generator=gen).bfloat16() for _ in range(n_base)]
+        wb = [torch.randn(n_rows, k, device=DEV, generator=gen).bfloat16() for _ in range(n_base)]
         if swiglu:
             base = lambda i: (lambda y: torch.nn.functional.silu(y[:, :n]) * y[:, n:])(xs[0] @ wb[i].T)  # noqa: E731
         else:
@@ -231,7 +269,7 @@ def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", ba
         add_row(f"linear{tag} {label}", shape, "TB/s", p50, p90, tbps, "TB/s", tbps / CEIL["copy_TBps"],
                 "copy bandwidth", "torch bf16 (cuBLAS) same shape", b50, cfg.__dict__ if cfg else None)
     else:
-        wb = weights[0][0] if fmt == "bf16" else torch.randn(n_rows, k, device="cuda", generator=gen).bfloat16()
+        wb = weights[0][0] if fmt == "bf16" else torch.randn(n_rows, k, device=DEV, generator=gen).bfloat16()
         if swiglu:
             base = lambda i: (lambda y: torch.nn.functional.silu(y[:, :n]) * y[:, n:])(xs[0] @ wb.T)  # noqa: E731
         else:
@@ -369,7 +407,36 @@ def sweep_gemm(reps, gen):
             bench_linear(4096, fmt, *LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
 
 
-SECTIONS = ("gemv", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+def gemv_ab(reps, gen, sweep=False, ab=True):
+    """ab: old (v1, `_matmul_kernel` M == 1) vs new (v2, linear/gemv.py) int4 / fp8 GEMV at every
+    27B shape, interleaved per shape so both see the same clocks (cuBLAS bf16 beside v2).
+    sweep: v2 tile candidates per format (no baselines); the winner goes to configs.GEMV_TUNED."""
+    from modeld.kernels.linear import configs
+    for label, n, k, sw in LINEAR_SHAPES if ab else ():
+        for fmt in ("int4g128", "fp8") + (("int4g32",) if sw else ()):
+            for variant in ("v1", "v2"):
+                bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=variant, baseline=variant == "v2")
+    if not sweep:
+        return
+    # (block_n, block_k, num_warps, split_k); split-K candidates matter most for N = 5120 (down, o_proj)
+    # Kept small so gemv-ab + this sweep + the GPU tests fit one ~3-minute device call.
+    cands = {"int4g128": ((8, 512, 4, 1), (32, 256, 4, 1), (16, 512, 4, 2), (16, 512, 4, 4), (8, 1024, 4, 1)),
+             "fp8": ((16, 256, 4, 1), (32, 256, 4, 1), (8, 256, 4, 1), (16, 256, 4, 2), (32, 256, 4, 4))}
+    saved = configs._gemv_default
+    try:
+        for fmt, shapes in cands.items():
+            for bn, bk, nw, split in shapes:
+                cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+                configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+                for label, n, k, sw in LINEAR_SHAPES[:3]:  # gate+up (wide N), down (N = 5120), in_proj_qkv
+                    bench_linear(1, fmt, label, n, k, sw, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
+                                 variant="v2", baseline=False)
+    finally:
+        configs._gemv_default = saved
+
+
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+            "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):
@@ -390,6 +457,98 @@ def recurrent(out):
         print(f"kernels_recurrent failed: {type(exc).__name__}: {exc}", flush=True)
 
 
+def _loop_body(sass: str) -> list[str]:
+    """Instructions of the longest backward-branch loop of cuobjdump SASS (the K loop of a GEMV)."""
+    import re
+    labels, instrs, best = {}, [], []
+    for line in sass.splitlines():
+        if re.match(r"\s*[A-Za-z_.][\w.]*:\s*$", line):
+            labels[line.strip()[:-1]] = len(instrs)
+        elif (m := re.match(r"^[0-9a-f-]{2}:[^\t]*\t(.*?);", line)):
+            instrs.append(m.group(1).strip())
+    for i, ins in enumerate(instrs):
+        m = re.search(r"BRA\s+(\w+)", ins)
+        if m and labels.get(m.group(1), i + 1) <= i and i + 1 - labels[m.group(1)] > len(best):
+            best = instrs[labels[m.group(1)]:i + 1]
+    return best
+
+
+def offline_sass(out: str) -> int:
+    """--offline-sass: compile the v1 and v2 M == 1 kernels of every 27B GEMV shape for sm_90 on this
+    machine (no GPU; bench/feasibility.py's recorder + offline compile) and count SASS instructions
+    per weight in the main loop — the proxy for an ALU-bound GEMV. Prints a markdown table, writes
+    gemv_sass.json under `out`."""
+    from bench import feasibility as feas
+    from modeld.kernels.linear import triton as lin
+    rows = []
+    print("| shape | fmt | variant | tile | grid | regs | spill B | loop instr | weights/thread/step | instr/weight "
+          "| BAR in loop |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, n, k, sw in LINEAR_SHAPES:
+        n_rows = 2 * n if sw else n
+        x = torch.empty(1, k, dtype=torch.bfloat16)
+        for fmt in ("int4g128", "fp8", "int4g32"):
+            if fmt == "fp8":
+                w = (torch.empty(n_rows, k, dtype=torch.float8_e4m3fn), torch.empty(n_rows))
+            else:
+                g = int(fmt.removeprefix("int4g"))
+                w = (torch.empty(n_rows, k // 2, dtype=torch.uint8), torch.empty(n_rows, k // g, dtype=torch.float16),
+                     torch.empty(n_rows, k // g, dtype=torch.float16))
+            fn = _linear_fn(fmt, sw)
+            for variant in ("v1", "v2"):
+                saved = lin.GEMV_VARIANT
+                lin.GEMV_VARIANT = variant
+                try:
+                    feas._offline_patches([lin])
+                    (jit, grid, a, kw), = feas._record([lin], lambda: fn(x, *w))
+                finally:
+                    lin.GEMV_VARIANT = saved
+                kernel, regs, spill = feas._compile_offline(jit, a, kw)
+                body = _loop_body(kernel.asm["sass"])
+                if jit.__name__ == "_matmul_kernel":
+                    tile = f"{kw['BLOCK_N']}x{kw['BLOCK_K']}{' reduce' if kw['REDUCE_EACH_STEP'] else ''}"
+                    per_step = kw["BLOCK_N"] * kw["BLOCK_K"] * (2 if sw else 1)
+                elif "NGS" in kw:
+                    tile = f"2x{kw['BLOCK_N']}x{kw['NGS'] * kw['WG'] * 8}"
+                    per_step = 2 * kw["BLOCK_N"] * kw["NGS"] * kw["WG"] * 8
+                else:
+                    tile = f"2x{kw['BLOCK_N']}x{kw['KS'] * kw['WK'] * 4} asm={int(kw['ASM'])}"
+                    per_step = 2 * kw["BLOCK_N"] * kw["KS"] * kw["WK"] * 4
+                wpt = per_step / (32 * kw["num_warps"])
+                row = dict(shape=label, n=n, k=k, fmt=fmt, variant=variant, tile=tile, grid=grid[0], regs=regs,
+                           spill_bytes=spill, loop_instructions=len(body), weights_per_thread_step=wpt,
+                           instr_per_weight=round(len(body) / wpt, 2), bar_in_loop=sum("BAR" in i for i in body))
+                rows.append(row)
+                print(f"| {label} | {fmt} | {variant} | {tile} w{kw['num_warps']} | {grid[0]} | {regs} | {spill} | "
+                      f"{len(body)} | {wpt:.0f} | **{row['instr_per_weight']}** | {row['bar_in_loop']} |", flush=True)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "gemv_sass.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0
+
+
+def dry_run(args) -> int:
+    """--dry-run: the linear GEMV sections on CPU (TRITON_INTERPRET=1, tiny shapes, no ceilings)."""
+    global OUT, DEV, LINEAR_SHAPES
+    sections = set(args.sections.split(",")) & set(DRY_SECTIONS) if args.sections != ",".join(SECTIONS) \
+        else set(DRY_SECTIONS)
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel modules are first imported (below)
+    DEV, LINEAR_SHAPES, OUT = "cpu", DRY_LINEAR_SHAPES, args.out
+    os.makedirs(OUT, exist_ok=True)
+    ENV.update(gpu="cpu dry run (Triton interpreter)", torch=torch.__version__, commit=args.commit or "dry-run",
+               date=time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()))
+    CEIL["copy_TBps"] = 1.0  # placeholder: fractions are meaningless in a dry run
+    gen = torch.Generator()
+    gen.manual_seed(20261129)
+    if "gemv" in sections:
+        for label, n, k, sw in LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                bench_linear(1, fmt, label, n, k, sw, 2, gen)
+    gemv_ab(2, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
+    errors = [r for r in ROWS if "error" in r]
+    print(f"dry run: {len(ROWS)} rows, {len(errors)} errors -> {os.path.join(OUT, 'kernels.json')}")
+    return 1 if errors or not ROWS else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     global OUT
     ap = argparse.ArgumentParser(description="Benchmark modeld's linear / attention / logits Triton kernels "
@@ -401,7 +560,17 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated subset of {','.join(SECTIONS)} (ceilings always run)")
     ap.add_argument("--no-recurrent", action="store_true", help="skip bench/kernels_recurrent.py")
     ap.add_argument("--commit", default=os.environ.get("MODELD_COMMIT"), help="commit id to record")
+    ap.add_argument("--dry-run", action="store_true",
+                    help=f"no GPU: run the {','.join(DRY_SECTIONS)} sections on CPU through the Triton "
+                    "interpreter at tiny shapes (checks the code path before a device call; times mean nothing)")
+    ap.add_argument("--offline-sass", action="store_true",
+                    help="no GPU: compile the v1/v2 decode GEMVs of every 27B shape for sm_90 and print SASS "
+                    "instructions per weight in the main loop (gemv_sass.json)")
     args = ap.parse_args(argv)
+    if args.dry_run:
+        return dry_run(args)
+    if args.offline_sass:
+        return offline_sass(args.out)
     sections = set(args.sections.split(","))
     unknown = sections - set(SECTIONS)
     if unknown:
@@ -425,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             for fmt in ("bf16", "fp8", "int4g128"):
                 bench_linear(1, fmt, label, n, k, sw, reps, gen)
         bench_linear(1, "int4g32", *LINEAR_SHAPES[0], reps, gen)
+    if "gemv-ab" in sections or "sweep-gemv-v2" in sections:
+        gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
     if "skinny" in sections:
         for label, n, k, sw in LINEAR_SHAPES[:2]:
             for fmt in ("bf16", "fp8", "int4g128"):

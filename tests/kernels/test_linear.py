@@ -13,6 +13,7 @@ import torch
 from modeld.kernels._testing import assert_close, interpreting, poison, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import configs
+from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import quant
 from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
@@ -187,6 +188,99 @@ def test_bad_inputs_raise(device):
         tt.linear_int4(x, qw, one, one)
 
 
+# ---------------------------------------------------------------- v2 GEMV (linear/gemv.py) vs v1
+@pytest.fixture
+def gemv_calls(monkeypatch):
+    """Counts launches of the v2 GEMV (so a test can prove which kernel served the call). Opts fp8
+    in too: v2 serves int4 only by default, the fp8 v2 kernel is still tested and benched."""
+    monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8"))
+    calls = []
+    real = gv.launch_gemv
+    monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    return calls
+
+
+# (N, K): odd N (partial row tiles, and for plain formats a partial second row half), K tails: 352 =
+# 11 groups of 32 (NGS 8 -> a partly masked step), 384 = 3 groups of 128 (NGS 2); fp8 K = 196 = 49
+# words (the interpreter config steps 16 words). Under the interpreter the fp8 kernel runs without
+# its inline asm (ASM=False); test_gpu_gemv_variants covers the asm path.
+V2_CASES = [(37, 384, "int4g128"), (37, 352, "int4g32"), (9, 256, "int4g128"), (37, 196, "fp8"), (5, 64, "fp8")]
+
+
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+@pytest.mark.parametrize("n,k,fmt", V2_CASES, ids=[f"{f}-N{n}-K{k}" for n, k, f in V2_CASES])
+def test_gemv_v2_matches_reference(n, k, fmt, swiglu, gen, device, poisoned_outputs, gemv_calls):
+    _check(1, n, k, fmt, swiglu, gen, device)
+    assert gemv_calls == [fmt[:4]], "the M == 1 call did not take the v2 GEMV"
+
+
+def test_v2_serves_int4_only_by_default():
+    """fp8 v2 lost to v1 on the N = 5120 shapes on the H200 (default tiles): opt-in until tuned."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MODELD_GEMV_V2"}
+    out = subprocess.run([sys.executable, "-c", "from modeld.kernels.linear import gemv; print(gemv.V2_FORMATS)"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "('int4',)"
+
+
+def test_gemv_v1_still_selectable(gen, device, poisoned_outputs, gemv_calls, monkeypatch):
+    _check(1, 37, 256, "bf16", False, gen, device)  # bf16 is always v1
+    _check(1, 37, 98, "fp8", False, gen, device)  # K % 4 != 0: v1
+    monkeypatch.setattr(tt, "GEMV_VARIANT", "v1")
+    _check(1, 37, 256, "int4g32", True, gen, device)
+    _check(1, 37, 256, "fp8", True, gen, device)
+    assert gemv_calls == []
+
+
+# Explicit small tiles: multi-step K loops (the register double buffer), partial last steps and
+# split-K (the interpreter default tiles cover these shapes in one step).
+FORCED_CASES = [
+    ("int4g128", 640, configs.GemvConfig(4, 128, 4)),  # 5 steps of 1 group
+    ("int4g32", 352, configs.GemvConfig(4, 64, 4)),  # 11 groups in steps of 2: 5 full + 1 partial
+    ("fp8", 196, configs.GemvConfig(4, 64, 4)),  # 49 words in steps of 16: 3 full + 1 partial
+    ("int4g32", 352, configs.GemvConfig(4, 128, 4, split_k=3)),  # split-K: 4 + 4 + 3 groups
+    ("fp8", 196, configs.GemvConfig(4, 128, 4, split_k=3)),  # split-K: 32 + 17 words + an empty split
+]
+
+
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+@pytest.mark.parametrize("fmt,k,cfg", FORCED_CASES,
+                         ids=[f"{f}-K{k}-{c.block_n}x{c.block_k}s{c.split_k}" for f, k, c in FORCED_CASES])
+def test_gemv_v2_forced_tiles(fmt, k, cfg, swiglu, gen, device, poisoned_outputs):
+    """v2 with explicit tiles: several K steps, partial steps, split-K (fp32 partials + finish kernel)."""
+    n = 37
+    x = (torch.randn(1, k, generator=gen) * 2).bfloat16().to(device)
+    ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
+    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
+    group = quant.int4_group_size(ws[0], ws[1]) if fmt.startswith("int4") else 0
+    pad = list(ws) + [None] * (3 - len(ws))
+    got = gv.launch_gemv(fmt[:4], x, *pad, y, swiglu, group, cfg)
+    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"split-K {fmt} swiglu={swiglu}")
+
+
+def test_gemv_v2_int4_large_offsets(gen, device, poisoned_outputs):
+    """The factored int4 sum (128 s p + (m - 128 s) xw) cancels large terms: check it where the
+    mins dominate the weights and x is large (|x| ~ 300, weights ~ 5 +- 0.1)."""
+    k, n = 512, 24
+    w = 5.0 + 0.1 * torch.randn(n, k, generator=gen)
+    qw, s, mn = (t.to(device) for t in quant.quantize_int4(w, 128))
+    x = (300 * torch.randn(1, k, generator=gen)).bfloat16().to(device)
+    assert_close(tt.linear_int4(x, qw, s, mn), ref.linear_int4(x, qw, s, mn))
+
+
+def test_gemv_v2_falls_back_when_unaligned(gen, device, poisoned_outputs, gemv_calls):
+    """An int4 x view at an odd bf16 offset cannot be read as int32 words: v1 serves it."""
+    xs = torch.randn(1, 257, generator=gen).bfloat16().to(device)
+    x = xs[:, 1:]  # data_ptr % 4 == 2
+    ws = _weights("int4g32", 20, 256, gen, device)
+    got = tt.linear_int4(x, *ws)
+    assert gemv_calls == []
+    assert_close(got, ref.linear_int4(x, *ws))
+
+
 # ---------------------------------------------------------------- GPU: 27B shapes and random shapes
 # (N, K) of qwen3_5 27B: gate+up (as swiglu over F=17408), down, GDN qkv, o_proj, q_proj.
 GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (10240, 5120, False), (5120, 6144, False),
@@ -218,3 +312,40 @@ def test_gpu_random_shapes(fmt, gen, device, poisoned_outputs):
         if fmt in ("bf16", "fp8"):
             k += int(torch.randint(0, 128, (1,), generator=gen))
         _check(m, n, k, fmt, bool(m % 2), gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", ["int4g32", "int4g128", "fp8"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
+def test_gpu_gemv_variants(n, k, swiglu, fmt, variant, gen, device, poisoned_outputs, gemv_calls, monkeypatch):
+    """Both M == 1 kernels at the 27B shapes (v2 is the default; v1 stays selectable for benches).
+    On the GPU the fp8 v2 kernel runs its inline-asm conversion (the interpreter cannot)."""
+    monkeypatch.setattr(tt, "GEMV_VARIANT", variant)
+    _check(1, n, k, fmt, swiglu, gen, device)
+    assert gemv_calls == ([fmt[:4]] if variant == "v2" else [])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("fmt", ["int4g128", "fp8"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
+def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, gen, device, poisoned_outputs):
+    x = (torch.randn(1, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
+    ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
+    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
+    group = 128 if fmt.startswith("int4") else 0
+    cfg = configs.GemvConfig(16, 512 if group else 256, 4, split_k=split)
+    got = gv.launch_gemv(fmt[:4], x, *(list(ws) + [None] * (3 - len(ws))), y, swiglu, group, cfg)
+    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"split-K {split} {fmt}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int4g128", "fp8"])
+def test_gpu_gemv_v2_random_shapes(fmt, gen, device, poisoned_outputs, gemv_calls):
+    for _ in range(10):
+        n = int(torch.randint(1, 3000, (1,), generator=gen))
+        k = 128 * int(torch.randint(1, 40, (1,), generator=gen)) + (4 * int(torch.randint(0, 32, (1,), generator=gen))
+                                                                     if fmt == "fp8" else 0)
+        _check(1, n, k, fmt, bool(n % 2), gen, device)
+    assert gemv_calls == [fmt[:4]] * 10

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TileConfig", "TUNED", "pick", "m_bucket", "INTERPRETER_CONFIGS"]
+__all__ = ["TileConfig", "TUNED", "pick", "m_bucket", "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED",
+           "pick_gemv", "GEMV_INTERPRETER"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,55 @@ def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: 
     if interpreting:  # int4 exercises the reduce-every-step GEMV, the others the 2-D accumulator
         return INTERPRETER_CONFIGS["gemv-reduce" if bucket == "gemv" and fmt == "int4" else bucket]
     return TUNED.get((sm, fmt, swiglu, bucket, n, k)) or _default(fmt, swiglu, bucket, n, k)
+
+
+# ----------------------------------------------------------------------------- v2 GEMV (linear/gemv.py)
+@dataclass(frozen=True)
+class GemvConfig:
+    """Tile of one v2 GEMV launch (`linear.gemv`, int4 / fp8): two tiles of block_n rows x block_k
+    weights per step (gate and up rows for SwiGLU, else rows r and r + block_n). int4: block_k // G
+    groups per step (at least one); fp8: block_k // 16 chunks of 16 bytes. Registers per thread ~
+    2 buffers x 2 tiles x tile words / (32 num_warps) + accumulators.
+    """
+
+    block_n: int
+    block_k: int
+    num_warps: int
+    split_k: int = 1  # > 1: K split over that many programs + a finishing kernel (opt-in, unmeasured)
+    source: str = "default heuristic"
+
+
+# (sm, fmt, swiglu, N, K) -> GemvConfig; empty until an H200 sweep of the v2 kernels promotes entries.
+GEMV_TUNED: dict[tuple[int, str, bool, int, int], GemvConfig] = {}
+
+# Large tiles for the CPU interpreter (its cost is per program and per tile op: 32 x 1024 runs a
+# 512 x 1024 int4 GEMV in 0.33 s vs 1.8 s for v1's interpreter tiles). Multi-step loops, partial
+# steps and split-K are covered by tests that pass small configs explicitly.
+GEMV_INTERPRETER: dict[str, GemvConfig] = {"int4": GemvConfig(32, 1024, 4, source="interpreter"),
+                                           "fp8": GemvConfig(32, 1024, 4, source="interpreter")}
+
+
+def _gemv_default(fmt: str, swiglu: bool, n: int, k: int, group: int) -> GemvConfig:
+    # Offline SASS of the 27B shapes (`bench/kernels.py --offline-sass`; KNOWLEDGE/optimizations/
+    # gemv-v2-int4-fp8-offline-sass.md). None of these is measured on the GPU yet: the
+    # sweep-gemv-v2 bench section times alternatives (incl. split-K) for GEMV_TUNED.
+    if fmt == "fp8":
+        # 4 warps, 16 chunks of 4 words (256 weights) per row and step: threads [16 chunks, 2 rows,
+        # 1] x 16 bytes; 32 rows per tile = 4 rows per thread per tile: 3.17-3.19 loop instructions
+        # per weight (v1: 3.9-4.1 plus CTA barriers in the loop), ~155 registers; 16 rows: 3.64 at
+        # 72 registers and twice the programs, which N = 5120 wants (160 instead of 80).
+        return GemvConfig(32 if n >= 8192 or swiglu else 16, 256, 4)
+    # int4, 4 warps: 16 rows x 4 groups per tile -> threads [4 groups, 2 rows, 4 words], 2 rows per
+    # thread per tile, 2 tiles sharing x: 4.62-4.63 loop instructions per weight (v1: 7.5-9.3),
+    # 167-168 registers, no spill, no barrier in the loop.
+    # 8 groups per step (8 x 1024) looked cheaper (4.55) but Triton moved x through shared memory
+    # with 18 barriers per step; 8 warps cost ~1 more instruction per weight. g32 (4 groups of 4
+    # words): 6.2-6.3 per weight at 64-70 registers (Triton uses 8-byte vectors there).
+    return GemvConfig(16, 4 * group, 4)
+
+
+def pick_gemv(sm: int, fmt: str, swiglu: bool, n: int, k: int, group: int, interpreting: bool) -> GemvConfig:
+    """The v2 GEMV config for one M == 1 launch (exact GEMV_TUNED entry, else the default)."""
+    if interpreting:
+        return GEMV_INTERPRETER[fmt]
+    return GEMV_TUNED.get((sm, fmt, swiglu, n, k)) or _gemv_default(fmt, swiglu, n, k, group)

@@ -28,13 +28,18 @@ so under TRITON_INTERPRET=1 the tiles are cast to fp32 before every dot (DOT_F32
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
-from modeld.kernels.linear.configs import TileConfig, pick
+from modeld.kernels.linear import gemv as _gemv
+from modeld.kernels.linear.gemv import _gemv_finish_kernel, _gemv_fp8_kernel, _gemv_int4_kernel  # launch
+# recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
+from modeld.kernels.linear.configs import TileConfig, pick, pick_gemv
 
 __all__ = [
     "linear",
@@ -47,6 +52,13 @@ __all__ = [
 
 FMT_BF16, FMT_FP8, FMT_INT4 = 0, 1, 2
 _FMT_NAMES = {FMT_BF16: "bf16", FMT_FP8: "fp8", FMT_INT4: "int4"}
+
+# Which kernel serves int4 / fp8 M == 1 calls without an explicit TileConfig: "v2" = linear/gemv.py
+# (int32-word tiles, int4 factored scales, fp8 inline-PTX conversion, no per-step reduction,
+# register double buffer), "v1" = `_matmul_kernel` with BLOCK_M == 1 (bf16 M == 1 always uses v1).
+# A module-level switch so bench/kernels.py can time both in one run; MODELD_GEMV_VARIANT=v1 selects
+# the old kernel for a whole process.
+GEMV_VARIANT = os.environ.get("MODELD_GEMV_VARIANT", "v2")
 
 
 @triton.jit
@@ -259,6 +271,11 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
+    if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(_FMT_NAMES[fmt], x, w, group):
+        gcfg = pick_gemv(_sm(device), _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
+        kernel = _gemv_int4_kernel if fmt == FMT_INT4 else _gemv_fp8_kernel
+        return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
+                                 finish=_gemv_finish_kernel)
     cfg = config or pick(_sm(device), _FMT_NAMES[fmt], swiglu, m, n, k, interpreting())
     if cfg.tma:
         return _launch_tma(x, w, ws, y, fmt, swiglu, n, cfg)
