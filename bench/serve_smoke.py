@@ -35,13 +35,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sse_events(lines) -> list:
-    out = []
+def iter_sse(lines):
+    """SSE `data:` payloads as they arrive (decoded JSON, or the string "[DONE]")."""
     for line in lines:
         if line.startswith("data: "):
             data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
+            yield data if data == "[DONE]" else json.loads(data)
+
+
+def sse_events(lines) -> list:
+    return list(iter_sse(lines))
 
 
 class Checks:
@@ -109,6 +112,9 @@ def main(argv=None) -> int:
 
     checks.run("resolve", resolve)
     save()
+    if not checks.ok:  # another cell would load (e.g. the CPU reference cell for a 27B artifact): stop here
+        print(f"serve smoke FAILED at resolve -> {path}", flush=True)
+        return 1
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -155,7 +161,7 @@ def main(argv=None) -> int:
         def streamed():
             t0, first, texts = time.perf_counter(), None, []
             with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
-                for ev in sse_events(r.iter_lines()):
+                for ev in iter_sse(r.iter_lines()):  # timed as they arrive
                     if ev == "[DONE]":
                         break
                     if first is None:

@@ -76,8 +76,9 @@ def test_resolve_on_a_simulated_h200_selects_the_specialized_cell(
     assert data["selected"] == "tiny.h200" and not data["fell_through"]
     reasons = {(r["cell_id"], r["reason"]) for r in data["rejections"]}
     assert ("llama_cpp", "SpecializedCellSelected") in reasons
-    # Every other specialized cell shipped with modeld serves other models, never this one.
-    assert {reason for cell, reason in reasons if cell not in ("llama_cpp", "engine_reference")} <= {"ModelNotServed"}
+    # Every other specialized cell shipped with modeld serves other models (or families/formats), never this one.
+    assert {reason for cell, reason in reasons if cell not in ("llama_cpp", "engine_reference")} <= {
+        "ModelNotServed", "FamilyMismatch", "ArtifactFormatUnsupported"}
     assert ("engine_reference", "ArtifactFormatUnsupported") in reasons  # the general mspec cell cannot read GGUF
 
     # The same request on this CPU-only host: every hardware reason, then the fall-through.

@@ -81,6 +81,35 @@ def test_prefix_reuse_and_trim_through_checkpoints(cell):
     assert run(fresh)[0][:3] == run(s)[0][:3]
 
 
+def test_repeated_prompt_restores_its_end_exactly(cell):
+    """A stateless client re-sending the same prompt gets the same text: the session cuts back to
+    the prompt's end (a GDN checkpoint is taken there) and puts back the logits that prefill
+    produced, instead of re-evaluating the last token by another kernel path (on the H200 that
+    flipped a near-tie at the third greedy token: KNOWLEDGE/pitfalls/repeated-prompt-re-evaluation-flips-greedy.md)."""
+    prompt = random_prompt(1024, 21, 11)
+    s = cell.new_session()
+    s.ensure_prefix(prompt)
+    first_logits = logits_bytes(cell)
+    a, _ = run(s)
+    before = s.recomputed
+    r = s.ensure_prefix(prompt)
+    assert (r.reused, r.prefilled) == (21, 0) and s.recomputed == before
+    assert torch.equal(logits_bytes(cell).view(torch.int32), first_logits.view(torch.int32))
+    b, trace = run(s)
+    assert b == a and trace.prefilled_tokens == 0
+    # A cut below the prompt's end forgets it: the next repeat evaluates again (and still agrees).
+    s.ensure_prefix(prompt[:10])
+    r = s.ensure_prefix(prompt)
+    assert (r.reused, r.prefilled) == (10, 11)
+    assert run(s)[0] == a
+    # After a restore the saved end is not trusted (the state came from elsewhere).
+    snap = s.snapshot()
+    s.restore(snap)
+    r = s.ensure_prefix(prompt)
+    assert r.prefilled == 1
+    s.close()
+
+
 def test_snapshot_restore_continues_bit_identically(cell):
     s = cell.new_session()
     s.ensure_prefix(random_prompt(1024, 33, 7))

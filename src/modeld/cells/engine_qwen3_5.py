@@ -129,8 +129,10 @@ class Qwen35Session(SlotEngineSession):
         super().__init__(cell)
         self.recomputed = 0  # tokens re-evaluated internally to rebuild GDN state after trims
 
-    def _engine_truncate(self, n: int) -> None:
-        self.recomputed += self._guard(lambda: self._cell.engine.truncate(0, n, self._kv))
+    def _engine_truncate(self, n: int) -> int:
+        count = self._guard(lambda: self._cell.engine.truncate(0, n, self._kv))
+        self.recomputed += count
+        return count
 
 
 def _versions(engine: Qwen35Engine) -> dict[str, str]:

@@ -80,13 +80,20 @@ class EngineSession(Session):
         self._kv: list[int] = []
         self._pending: int | None = None
         self._logits_ready = False
+        # (position, logits copy) of the end of the last prefix operation. Why: a stateless client
+        # re-sending the same prompt must get the same greedy text. Re-evaluating the prompt's last
+        # token takes another kernel path (a 1-token prefill, a restored GDN checkpoint) whose
+        # rounding can flip a near-tie; restoring the exact state and these logits cannot.
+        self._prompt_end: tuple[int, Any] | None = None
         self._closed = False
         self._reset_accounting()
 
     # ---------------------------------------------------------------- engine primitives
     @abc.abstractmethod
-    def _engine_truncate(self, n: int) -> None:
-        """Drop engine state past position n (logits become stale)."""
+    def _engine_truncate(self, n: int) -> int | None:
+        """Drop engine state past position n (logits become stale). Returns how many tokens the
+        engine re-evaluated internally to rebuild its state at n (recurrent state restored from
+        an earlier checkpoint); 0 or None means the state at n is exactly the one held before."""
 
     @abc.abstractmethod
     def _engine_eval(self, tokens: Sequence[int]) -> None:
@@ -120,6 +127,15 @@ class EngineSession(Session):
     def _engine_load(self, payload: bytes, n_tokens: int) -> None:
         """Replace the engine state; raise SnapshotCorrupt if the backend refuses the bytes or
         they do not describe n_tokens positions."""
+
+    def _engine_logits_copy(self) -> Any | None:
+        """Hook: a private copy of the current next-token logits, or None when the engine cannot
+        hand them back (then a repeated prompt re-evaluates its last token)."""
+        return None
+
+    def _engine_logits_put(self, saved: Any) -> None:
+        """Hook: make `saved` (from `_engine_logits_copy`) the engine's current logits."""
+        raise NotImplementedError
 
     def _engine_logits_ready(self) -> bool:
         """Hook: whether the engine really holds next-token logits (checked after a restore)."""
@@ -188,12 +204,35 @@ class EngineSession(Session):
     def _wipe(self) -> None:
         self._engine_clear()
         self._kv, self._pending, self._logits_ready = [], None, False
+        self._prompt_end = None
 
-    def _truncate(self, n: int) -> None:
-        if n < len(self._kv):
-            self._engine_truncate(n)
-            del self._kv[n:]
-            self._logits_ready = False
+    def _truncate(self, n: int) -> int:
+        """Cut state back to n positions; returns the tokens the engine re-evaluated to do it."""
+        if n >= len(self._kv):
+            return 0
+        if self._prompt_end is not None and n < self._prompt_end[0]:
+            self._prompt_end = None  # positions before it may now be rebuilt by another path
+        recomputed = self._engine_truncate(n) or 0
+        del self._kv[n:]
+        self._logits_ready = False
+        return recomputed
+
+    def _remember_prompt_end(self) -> None:
+        saved = self._engine_logits_copy()
+        self._prompt_end = None if saved is None else (len(self._kv), saved)
+
+    def _back_to_prompt_end(self, n: int) -> bool:
+        """If the last prefix operation ended at n and cutting back to n is exact, restore the
+        logits it produced and return True (the session is then bit-identical to that moment)."""
+        if self._prompt_end is None or self._prompt_end[0] != n or len(self._kv) <= n:
+            return False
+        saved = self._prompt_end[1]
+        if self._truncate(n) != 0:
+            return False
+        self._engine_logits_put(saved)
+        self._logits_ready = True
+        self._prompt_end = (n, saved)
+        return True
 
     def _note_prefix(self, t0: float, before: int, reused: int, prefilled: int) -> PrefixResult:
         dt = time.perf_counter() - t0
@@ -221,6 +260,8 @@ class EngineSession(Session):
             common = common_prefix_len(self._kv, want)
             if common == len(want) and len(self._kv) == len(want) and self._logits_ready:
                 return self._note_prefix(t0, before, len(want), 0)
+            if common == len(want) and self._back_to_prompt_end(len(want)):
+                return self._note_prefix(t0, before, len(want), 0)
             # Logits of the last prompt token are needed, so at least one token is evaluated.
             keep = min(common, len(want) - 1)
             self._truncate(keep)
@@ -229,6 +270,7 @@ class EngineSession(Session):
             except Cancelled:
                 self._truncate(keep)
                 raise
+            self._remember_prompt_end()
             return self._note_prefix(t0, before, keep, len(want) - keep)
 
     def prefill_suffix(self, tokens, *, cancel=None) -> PrefixResult:
@@ -245,6 +287,7 @@ class EngineSession(Session):
             except Cancelled:
                 self._truncate(start)
                 raise
+            self._remember_prompt_end()
             return self._note_prefix(t0, start, start, len(todo))
 
     def decode(self, params, *, cancel=None, deadline=None, context_policy=None) -> Iterator[TokenEvent]:
@@ -367,6 +410,7 @@ class EngineSession(Session):
         data = snapshot.data if isinstance(snapshot, Snapshot) else snapshot
         contents = decode_snapshot(data, self._identity, n_ctx=self._n_ctx, n_vocab=self._n_vocab)
         with self._engine():
+            self._prompt_end = None  # the restored state was not produced by our last prefix operation
             backup = (self._engine_save(), list(self._kv), self._pending, self._logits_ready)
             try:
                 self._engine_load(contents.payload, len(contents.tokens))

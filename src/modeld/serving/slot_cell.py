@@ -108,6 +108,12 @@ class SlotEngineSession(EngineSession):
     def _engine_sample(self, sampler: SlotSampler) -> int:
         return int(sampler.pick(self._cell.engine.logits[0:1])[0])
 
+    def _engine_logits_copy(self):
+        return self._cell.engine.logits[0].clone()
+
+    def _engine_logits_put(self, saved) -> None:
+        self._cell.engine.logits[0].copy_(saved)
+
     def _engine_piece(self, token: int) -> bytes:
         return self._cell.tokenizer.piece(token)
 
