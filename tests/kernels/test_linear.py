@@ -194,6 +194,7 @@ def gemv_calls(monkeypatch):
     """Counts launches of the v2 GEMV (so a test can prove which kernel served the call). Opts fp8
     in too: v2 serves int4 only by default, the fp8 v2 kernel is still tested and benched."""
     monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8"))
+    monkeypatch.setattr(gv, "V2_MIN_WEIGHTS", 0)  # the small test shapes would stay on v1
     calls = []
     real = gv.launch_gemv
     monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
@@ -224,6 +225,18 @@ def test_v2_serves_int4_only_by_default():
     out = subprocess.run([sys.executable, "-c", "from modeld.kernels.linear import gemv; print(gemv.V2_FORMATS)"],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "('int4',)"
+
+
+def test_small_weights_stay_on_v1(gen, device, monkeypatch):
+    """Below V2_MIN_WEIGHTS (SmolLM2-sized linears) the M == 1 call keeps the v1 kernel."""
+    calls = []
+    monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[0]))
+    x = torch.randn(1, 576, device=device, dtype=torch.bfloat16)
+    w = torch.randn(1536, 576, device=device, dtype=torch.bfloat16)
+    qw, sc, mn = quant.quantize_int4(w, 32)
+    assert 1536 * 576 < gv.V2_MIN_WEIGHTS and not gv.usable("int4", x, qw, 32)
+    tt.linear_int4(x, qw, sc, mn)
+    assert calls == []
 
 
 def test_gemv_v1_still_selectable(gen, device, poisoned_outputs, gemv_calls, monkeypatch):

@@ -46,12 +46,16 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 
-__all__ = ["GemvConfig", "V2_FORMATS", "usable", "launch_gemv"]
+__all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "usable", "launch_gemv"]
 
 # Formats the v2 GEMV serves (bf16 M == 1 stays on v1: not ALU bound). Default int4 only: on the
 # H200 v2 won every int4 shape but lost fp8 on the N = 5120 shapes with its default tiles
 # (KNOWLEDGE/optimizations/gemv-v2-int4-fp8-offline-sass.md); MODELD_GEMV_V2=int4,fp8 opts fp8 in.
 V2_FORMATS = tuple(f for f in os.environ.get("MODELD_GEMV_V2", "int4").split(",") if f in ("int4", "fp8"))
+# Smallest weight (rows x K elements) v2 serves. SmolLM2's decode (K = 576 / 1536, at most 1.8 M
+# weights per linear) ran 25 % slower on v2 than on v1 in one H200 run (launch- and latency-bound:
+# v2's deeper per-program setup does not pay off); every 27B linear (>= 26 M) ran 1.2-1.6x faster.
+V2_MIN_WEIGHTS = 1 << 22
 
 
 @triton.jit
@@ -290,10 +294,13 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w
 
 def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
     """Can the v2 GEMV serve this M == 1 call? Both kernels read x and W as int32 words: int4 needs
-    K % 8 == 0 and G % 8 == 0, fp8 K % 4 == 0, both 4-byte aligned x and weight rows. bf16: never."""
+    K % 8 == 0 and G % 8 == 0, fp8 K % 4 == 0, both 4-byte aligned x and weight rows; the weight must
+    hold at least V2_MIN_WEIGHTS elements (smaller ones are faster on v1). bf16: never."""
     if x.shape[0] != 1 or fmt not in V2_FORMATS:
         return False
     k = x.shape[1]
+    if w.shape[0] * k < V2_MIN_WEIGHTS:
+        return False
     aligned = x.data_ptr() % 4 == 0 and w.data_ptr() % 4 == 0 and (w.stride(0) * w.element_size()) % 4 == 0
     if fmt == "int4":
         return aligned and k % 8 == 0 and group % 8 == 0
