@@ -204,3 +204,20 @@ def test_factory_builds_from_a_cell_spec(mspec_file):
     s = c.new_session()
     s.ensure_prefix(c.tokenize("hello world"))
     assert len(run(s, SamplingParams(max_tokens=2))[0]) >= 1
+
+
+def test_warm_up_leaves_the_cell_as_fresh(cell):
+    """warm_up (run at load on CUDA to move Triton's JIT out of the first TTFT) leaves slot 0 empty:
+    a session afterwards decodes exactly what it decodes without it."""
+    prompt = random_prompt(1024, 12, 21)
+    s = cell.new_session()
+    s.ensure_prefix(prompt)
+    want, _ = run(s)
+    s.close()
+    assert cell.warm_up() >= 0.0
+    assert cell.engine.lengths[0] == 0 and cell._resident is None
+    fresh = cell.new_session()
+    r = fresh.ensure_prefix(prompt)
+    assert (r.reused, r.prefilled) == (0, 12)
+    assert run(fresh)[0] == want
+    fresh.close()

@@ -78,6 +78,8 @@ class Qwen35Cell(SlotEngineCell):
             template_id=self._template.template_id if self._template else "none",
             manifest_version=manifest_version,
         )
+        # Triton compiles on first use: pay it here, not in the first request's TTFT (CPU: nothing to compile).
+        self.warm_up_s = self.warm_up() if dev.type == "cuda" else 0.0
 
     def _load_template(self) -> ChatTemplate | None:
         source = self.artifact.chat_template

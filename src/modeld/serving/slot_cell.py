@@ -12,6 +12,7 @@ The cell subclass sets `engine`, `tokenizer`, `config` (with `vocab`, `eos_ids`)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from modeld.execution.errors import ExecutionError, StateFormatError
@@ -53,6 +54,27 @@ class SlotEngineCell(Cell):
             self.engine.reset_slot(0)
             session._kv, session._pending, session._logits_ready = [], None, False
         self._resident = session
+
+    def warm_up(self, lengths: Sequence[int] = (5, 16, 80)) -> float:
+        """Run throw-away work of every shape a first request can hit — prefills in each GEMM bucket
+        (M <= 16 "skinny", M > 16 "gemm"; 80 also crosses a 64-token GDN chunk), one decode step,
+        greedy and filtered sampling — so Triton compiles at load instead of inside the first
+        user's TTFT (9.3 s for the 27B on the H200: KNOWLEDGE/findings/qwen3_5-27b-served-on-the-h200.md).
+        Call before any session exists: mutates slot 0 and leaves it empty. Returns seconds spent."""
+        t0 = time.perf_counter()
+        with self.lock:
+            eng, tok = self.engine, min(11, self.config.vocab - 1)
+            for n in lengths:
+                if n + 2 <= self._n_ctx:
+                    eng.reset_slot(0)
+                    eng.prefill(0, [tok] * n)
+            eng.decode([tok])
+            for temperature, top_k, top_p in ((0.0, 0, 1.0), (0.8, 40, 0.95)):
+                self.sampler.configure(0, temperature=temperature, top_k=top_k, top_p=top_p, seed=0)
+                self.sampler.pick(eng.logits[0:1])
+            eng.reset_slot(0)
+            self._resident = None
+        return time.perf_counter() - t0
 
     @property
     def identity(self) -> IdentityKey:
