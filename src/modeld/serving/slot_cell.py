@@ -55,9 +55,10 @@ class SlotEngineCell(Cell):
             session._kv, session._pending, session._logits_ready = [], None, False
         self._resident = session
 
-    def warm_up(self, lengths: Sequence[int] = (5, 16, 80)) -> float:
+    def warm_up(self, lengths: Sequence[int] = (5, 16, 33, 80)) -> float:
         """Run throw-away work of every shape a first request can hit — prefills in each GEMM bucket
-        (M <= 16 "skinny", M > 16 "gemm"; 80 also crosses a 64-token GDN chunk), one decode step,
+        (M <= 16 "skinny", M > 16 "gemm"), each with a length Triton specializes as divisible by 16
+        and one it does not (80 also crosses a 64-token GDN chunk), one decode step,
         greedy and filtered sampling — so Triton compiles at load instead of inside the first
         user's TTFT (9.3 s for the 27B on the H200: KNOWLEDGE/findings/qwen3_5-27b-served-on-the-h200.md).
         Call before any session exists: mutates slot 0 and leaves it empty. Returns seconds spent."""
