@@ -177,6 +177,7 @@ def test_cell_from_mspec_matches_directory(cell, mspec_file):
     from modeld.execution.artifacts import open_artifact
 
     m = Qwen35Cell(mspec_file("tiny"), device="cpu", n_ctx=256)
+    assert m.artifact.source.file._mm.closed  # weights copied into the arena: the file is unmapped
     assert m.identity.weights_id == open_artifact(mspec_file("tiny")).weights_id
     assert m.identity.tokenizer_id == cell.identity.tokenizer_id
     prompt = random_prompt(1024, 15, 12)
