@@ -216,10 +216,12 @@ def bench_gdn(reps):
             case(f"gdn_decode(bv{tile[0]},w{tile[1]})", f"B{B} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda B=B: _gdn_set(B, True),
                  io + state_bytes, tt.gdn_decode, None, reps, n_sets=48 if B == 1 else None)
         setattr(gt, name, default)
-    for T in (512, 4096):
+    os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 even if the caller exported v2
+    for T in (512, 4096, 8192):
         io = T * (2 * Hk * Dk + 2 * Hv * Dv) * 2 + T * Hv * 4 + Hv * Dk * Dv * 4 * 2
+        # T = 8192 (the 27B's 8k prefill) only A/Bs v1 vs v2: its reference and token loop add minutes
         case("gdn_prefill(chunked)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
-             tt.gdn_prefill, ref.gdn_prefill_chunked, max(3, reps // 4), n_sets=2)
+             tt.gdn_prefill, ref.gdn_prefill_chunked if T < 8192 else None, max(3, reps // 4), n_sets=2)
         if T == 4096:
             import modeld.kernels.gdn.triton as gt
 
@@ -227,6 +229,28 @@ def bench_gdn(reps):
             case("gdn_prefill(chunked,ieee)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
                  tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
             gt.DOT_PRECISION = "tf32"
+        # v1 vs v2 ($MODELD_GDN_CHUNK, read per call, so each row's graphs capture its own kernels)
+        os.environ["MODELD_GDN_CHUNK"] = "v2"
+        try:
+            case("gdn_prefill(chunked,v2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
+                 tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+            if T == 4096:
+                import modeld.kernels.gdn.triton as gt
+
+                gt.V2_BLOCKED_PREP = False  # v2 state/output split with v1's substitution prep
+                case("gdn_prefill(chunked,v2,v1prep)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                     lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                gt.V2_BLOCKED_PREP = True
+                default = gt.V2_OUTPUT_TILE
+                for tile in ((32, 4), (64, 4), (128, 8)):  # output-pass alternatives to re-pick the tile from
+                    gt.V2_OUTPUT_TILE = tile
+                    case(f"gdn_prefill(chunked,v2,out{tile[0]}w{tile[1]})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                gt.V2_OUTPUT_TILE = default
+        finally:
+            os.environ["MODELD_GDN_CHUNK"] = "v1"
+        if T == 8192:
+            continue
         case("gdn_prefill(recurrent)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
              tt._gdn_prefill_recurrent, None, max(3, reps // 4), n_sets=2)
 
@@ -258,7 +282,8 @@ def aot_kernels():
     from modeld.kernels.conv1d import triton as conv
     from modeld.kernels.embedding import triton as emb
     from modeld.kernels.gated_rmsnorm import triton as gnorm
-    from modeld.kernels.gdn import _chunk_kernels as chunk, _recurrent_kernels as rec
+    from modeld.kernels.gdn import _chunk_kernels as chunk, _chunk_kernels_v2 as chunk2, _recurrent_kernels as rec
+    from modeld.kernels.gdn import _chunk_prep_v2 as prep2, triton as gdn_tt
     from modeld.kernels.rmsnorm import triton as norm
     from modeld.kernels.rope import triton as rope
     from modeld.kernels.sampling import triton as samp
@@ -287,6 +312,17 @@ def aot_kernels():
         ("gdn_chunk_scan", chunk._chunk_scan_kernel, dict(q_ptr=bf, k_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32,
          state_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128, BLOCK_V=32,
          CHUNK=64, PRECISION="tf32", **gdn_c), dict(num_warps=8, num_stages=1)),
+        ("gdn_v2_prep", prep2._chunk_prep_blocked_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32", **gdn_c),
+         dict(num_warps=8, num_stages=1)),
+        ("gdn_v2_state", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32,
+         state_ptr=f32, h_ptr=f32, T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
+         PRECISION="tf32", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=1)),
+        ("gdn_v2_output", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
+         h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
+         BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="tf32", **gdn_c),
+         dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
         ("embedding", emb._embedding_kernel, dict(ids_ptr="*i64", table_ptr=bf, out_ptr=bf, V=i32, D=i32,
          BLOCK_D=1024), dict(num_warps=4)),
         ("sampling_draw", samp._draw_kernel, dict(logits_ptr=bf, temp_ptr=f32, thr_ptr=f32, seed_ptr="*i64",

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from modeld.kernels._testing import assert_close, cuda_available, poison, tolerance
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.gdn import reference as ref
 from modeld.kernels.gdn import triton as tt
 
@@ -17,13 +17,22 @@ PREFILL_CPU = [(1, 1, 3, 32, 32), (63, 1, 2, 16, 16), (65, 2, 2, 32, 20), (7, 2,
                (2, 1, 1, 160, 16)]  # the last: Dk > 128 takes the token-loop kernel
 PREFILL_SLOW = [(500, 1, 1, 16, 16)]
 PREFILL_GPU = [(1, 16, 48, 128, 128), (63, 16, 48, 128, 128), (500, 16, 48, 128, 128), (777, 3, 9, 96, 80)]
+# v1 vs v2 chunked paths on the awkward lengths (chunk edges 63/64/65, one token, many chunks), GQA 1:3
+CHUNK_VERSION_CPU = [(1, 1, 3, 32, 32), (63, 1, 2, 16, 16), (64, 2, 2, 32, 20), (65, 1, 3, 16, 24),
+                     (500, 1, 1, 16, 16)]
+# (case, decay): slow decay only up to T = 777, where tf32 dot error cannot yet pile up past the tf32 row
+CHUNK_VERSION_GPU = [((64, 16, 48, 128, 128), "fast"), ((500, 16, 48, 128, 128), "fast"),
+                     ((4096, 16, 48, 128, 128), "fast"), ((777, 3, 9, 96, 80), "fast"),
+                     ((500, 16, 48, 128, 128), "slow"), ((777, 3, 9, 96, 80), "slow")]
 DECODE_CPU = [(1, 2, 6, 128, 128), (3, 1, 3, 32, 48), (2, 2, 2, 20, 33)]
 DECODE_GPU = [(1, 16, 48, 128, 128), (8, 16, 48, 128, 128), (64, 16, 48, 128, 128), (5, 3, 9, 96, 80)]
 
 
-def _inputs(N, Hk, Hv, Dk, Dv, gen, device, decode, strided=True):
+def _inputs(N, Hk, Hv, Dk, Dv, gen, device, decode, strided=True, slow_decay=False):
     """Random inputs shaped like the model's: q/k/v as column slices of one conv output row
-    (strided=True) or as dense copies."""
+    (strided=True) or as dense copies. The default gates decay by e^-1..e^-16 per token, so tokens
+    more than ~10 apart barely interact; slow_decay (|g| ≲ 0.1) makes cross-chunk and cross-sub-block
+    terms of the chunked algebra matter (a dropped term then fails the comparison)."""
     C = 2 * Hk * Dk + Hv * Dv
     mixed = torch.randn(N, C, generator=gen).bfloat16().to(device)
     q = mixed[:, : Hk * Dk].view(N, Hk, Dk)
@@ -34,17 +43,19 @@ def _inputs(N, Hk, Hv, Dk, Dv, gen, device, decode, strided=True):
     a = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
     b = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
     A_log = torch.log(torch.rand(Hv, generator=gen) * 15 + 1).to(device)  # fp32, as checkpoints often keep it
+    if slow_decay:
+        A_log = torch.log(torch.rand(Hv, generator=gen) * 0.03 + 0.002).to(device)
     dt_bias = (torch.randn(Hv, generator=gen) * 0.5).bfloat16().to(device)
     shape = (N, Hv, Dk, Dv) if decode else (Hv, Dk, Dv)
     state = (torch.randn(*shape, generator=gen) * 0.3).to(device)
     return q, k, v, a, b, A_log, dt_bias, state
 
 
-def _check(fn_name, case, gen, device, strided=True):
+def _check(fn_name, case, gen, device, strided=True, slow_decay=False):
     """Triton `fn_name` vs the reference recurrence. The chunked prefill multiplies with tl.dot,
     which runs in tf32 on the GPU: its state is compared with the table's tf32 row there."""
     decode = fn_name == "gdn_decode"
-    *args, state = _inputs(*case, gen, device, decode, strided)
+    *args, state = _inputs(*case, gen, device, decode, strided, slow_decay)
     s_ref, s_tt = state.clone(), state.clone()
     want = (ref.gdn_decode if decode else ref.gdn_prefill)(*args, s_ref)
     got = getattr(tt, fn_name)(*args, s_tt)
@@ -107,9 +118,70 @@ def test_gpu_decode(case, gen, device):
     _check("gdn_decode", case, gen, device)
 
 
+@pytest.mark.parametrize("decay", ["fast", "slow"])
+@pytest.mark.parametrize("version", tt.CHUNK_VERSIONS)
+@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=_ids(CHUNK_VERSION_CPU))
+def test_prefill_chunk_versions_match_reference(case, version, decay, gen, device, monkeypatch):
+    """Both chunked paths ($MODELD_GDN_CHUNK) vs the reference, from a non-zero initial state."""
+    monkeypatch.setenv(tt.CHUNK_ENV, version)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
+
+def test_prefill_v2_differs_from_v1_only_by_rounding(gen, device, monkeypatch):
+    """v2 computes the same algebra as v1 with the same fp32 operands: outputs agree to the bf16
+    rounding of the output and the states to fp32 accumulation order; the env var really switches."""
+    *args, state = _inputs(130, 2, 4, 32, 16, gen, device, decode=False, slow_decay=True)
+    s1, s2 = state.clone(), state.clone()
+    monkeypatch.setenv(tt.CHUNK_ENV, "v1")
+    o1 = tt.gdn_prefill(*args, s1)
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    o2 = tt.gdn_prefill(*args, s2)
+    assert_close(o2, o1)
+    assert_close(s2, s1, what="state")
+    assert not torch.equal(s2, state)  # the state was written
+
+
+@pytest.mark.parametrize("blocked_prep, out_tile", [(True, (32, 4)), (False, (128, 8))],
+                         ids=["blocked-out32", "v1prep-out128"])
+def test_prefill_v2_variants_match_reference(blocked_prep, out_tile, gen, device, monkeypatch):
+    """The v2 knobs the benchmark sweeps: prep kind and output tile, on a Dv that is not a power of 2."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setattr(tt, "V2_BLOCKED_PREP", blocked_prep)
+    monkeypatch.setattr(tt, "V2_OUTPUT_TILE", out_tile)
+    _check("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
+
+
+def test_prefill_bad_chunk_version_raises(gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, "v3")
+    *args, state = _inputs(3, 1, 1, 16, 16, gen, device, decode=False)
+    with pytest.raises(KernelValueError, match="MODELD_GDN_CHUNK"):
+        tt.gdn_prefill(*args, state)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", tt.CHUNK_VERSIONS)
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, version)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_v2_ieee_dots(gen, device, monkeypatch):
+    """v2 with exact fp32 dots meets the plain fp32 row for the state at 27B heads."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
+    *args, state = _inputs(500, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
+    s_ref, s_tt = state.clone(), state.clone()
+    assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))
+    assert_close(s_tt, s_ref, what="state")
+
+
+@pytest.mark.parametrize("slow_decay", [False, True], ids=["fast", "slow"])
 @pytest.mark.parametrize("T", [1, 63, 64, 65, 200])
-def test_chunked_reference_matches_loop(T, gen):
-    *args, state = _inputs(T, 2, 4, 32, 24, gen, "cpu", decode=False)
+def test_chunked_reference_matches_loop(T, slow_decay, gen):
+    *args, state = _inputs(T, 2, 4, 32, 24, gen, "cpu", decode=False, slow_decay=slow_decay)
     s_loop, s_chunk = state.clone(), state.clone()
     o_loop = ref.gdn_prefill(*args, s_loop)
     o_chunk = ref.gdn_prefill_chunked(*args, s_chunk)

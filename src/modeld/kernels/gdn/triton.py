@@ -5,18 +5,26 @@
   (gates, l2norm, (I+L)⁻¹, U, W into fp32 scratch) and a sequential scan over chunks per
   (head, Dv slice) holding the state in registers. Heads wider than Dk = 128 (not qwen3_5's) take
   the token-loop kernel instead: the chunk tiles would not fit in shared memory.
+  `MODELD_GDN_CHUNK=v2` (read per call; default v1, not yet measured on the GPU) swaps in a
+  blocked-inverse prep (`_chunk_prep_v2.py`) and, for the scan, the split of `_chunk_kernels_v2.py`:
+  a sequential state pass over more, narrower programs, then a fully parallel output pass
+  (knowledge: optimizations/gdn-chunked-prefill-v2.md).
 Gates, l2norm and the 1/sqrt(Dk) scale are fused; Dk, Dv and the head ratio are constexpr; T and B
 are runtime values.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
 from modeld.kernels._checks import check_same_device
-from modeld.kernels.errors import KernelShapeError
+from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
+from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
+from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_state_kernel
 from modeld.kernels.gdn._recurrent_kernels import _gdn_recurrent_kernel
 from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs
 
@@ -35,6 +43,24 @@ BATCH_TILE = (32, 4)
 LOOP_TILE = (32, 4)
 # tl.dot precision of the chunked prefill on the GPU: "tf32" (tensor cores, ~1e-3 relative) or "ieee"
 DOT_PRECISION = "tf32"
+# v2 chunked prefill: env switch and tiles. The state pass is sequential over chunks, so its
+# parallelism is (Dv/BLOCK_V)·Hv programs: 16 → 384 at 27B. The output pass is parallel over chunks.
+CHUNK_ENV = "MODELD_GDN_CHUNK"
+CHUNK_VERSIONS = ("v1", "v2")
+assert CHUNK == 4 * SUB, "the blocked (I + L)⁻¹ of _chunk_prep_v2.py is written for 4 sub-blocks"
+V2_STATE_TILE = (16, 4)  # (BLOCK_V, num_warps)
+V2_OUTPUT_TILE = (64, 8)
+# v2 prep: blocked 16×16 (I + L)⁻¹ (`_chunk_prep_v2.py`); False keeps v1's substitution prep, so a
+# benchmark can split the gain between the new prep and the state/output split
+V2_BLOCKED_PREP = True
+
+
+def chunk_version() -> str:
+    """The chunked prefill selected by $MODELD_GDN_CHUNK ("v1" when unset). Raises KernelValueError."""
+    version = os.environ.get(CHUNK_ENV, "v1") or "v1"
+    if version not in CHUNK_VERSIONS:
+        raise KernelValueError(f"{CHUNK_ENV}={version!r}: expected one of {', '.join(CHUNK_VERSIONS)}")
+    return version
 
 
 def _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq, n_steps):
@@ -61,7 +87,7 @@ def _check_dims(Dk: int, Dv: int) -> None:
         raise KernelShapeError(f"Dk={Dk}, Dv={Dv}: this kernel keeps [Dk, Dv] tiles in registers (max {MAX_DK})")
 
 
-def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state):
+def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1"):
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device)
@@ -74,12 +100,16 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state):
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
-    _chunk_prep_kernel[(triton.cdiv(T, CHUNK), Hv)](
+    prep = _chunk_prep_blocked_kernel if version == "v2" and V2_BLOCKED_PREP else _chunk_prep_kernel
+    prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
         num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
+    if version == "v2":
+        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv)
+        return o
     block_v = min(32, block_dv)
     _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
         q, k, w, u, gam, state, o,
@@ -88,6 +118,24 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state):
         num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
     return o
+
+
+def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
+    """State pass then output pass (`_chunk_kernels_v2.py`) after the prep. Mutates u (U → Vn),
+    state (initial → final) and o."""
+    T, Hk, Dk = q.shape
+    Hv, Dv = o.shape[1], o.shape[2]
+    n_chunks = triton.cdiv(T, CHUNK)
+    # fp32 chunk-start states [Hv, chunks, Dk, Dv] (27B, T = 8192: 403 MB), see the kernels' docstring
+    h = torch.empty((Hv, n_chunks, Dk, Dv), dtype=torch.float32, device=o.device)
+    common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=DOT_PRECISION)
+    bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
+    _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
+        k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=1, **common)
+    bv, warps = min(V2_OUTPUT_TILE[0], block_dv), V2_OUTPUT_TILE[1]
+    _chunk_output_kernel[(n_chunks, Hv, triton.cdiv(Dv, bv))](
+        q, k, u, gam, h, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
+        BLOCK_V=bv, num_warps=warps, num_stages=1, **common)
 
 
 def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
@@ -107,14 +155,16 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     a, b [T, Hv]; A_log, dt_bias [Hv]; state [Hv, Dk, Dv] fp32 (zeros for a fresh sequence).
 
     Returns o [T, Hv, Dv] in v's dtype. Mutates `state`: read as the initial state, overwritten
-    with the final one. Raises KernelInputError subclasses.
+    with the final one. Raises KernelInputError subclasses (KernelValueError for a bad
+    $MODELD_GDN_CHUNK).
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
     check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state)
     _check_dims(q.shape[2], v.shape[2])
+    version = chunk_version()
     if q.shape[2] > MAX_DK_CHUNKED:
         return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0])
-    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state)
+    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version)
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

@@ -1,0 +1,109 @@
+"""Chunked Gated DeltaNet prefill, v2 split (opt-in: MODELD_GDN_CHUNK=v2); math in reference.py.
+
+v1 (`_chunk_kernels.py`) runs the intra-chunk output inside its sequential chunk loop on only
+(Dv/32)·Hv programs. After the prep launch (U, W, γ into fp32 scratch: `_chunk_prep_v2.py`'s blocked
+inverse, or v1's prep when triton.V2_BLOCKED_PREP is False) v2 splits the rest like the algebra's
+dependency graph:
+
+1. `_chunk_state_kernel`, grid (Dv/BLOCK_V, Hv) — the only sequential part, and only what the next
+   chunk needs: per chunk it stores the entering state S (fp32, [Hv, chunks, Dk, Dv]), then
+   Vn = U − W S (written over U in place: the output pass needs Vn, U is dead after), then
+   S ← e^{γ_C} S + (K̂ e^{γ_C−γ})ᵀ Vn. BLOCK_V = 16 gives 8·48 = 384 programs at 27B (v1: 192).
+2. `_chunk_output_kernel`, grid (chunks, Hv, Dv/BLOCK_V) — no dependency between programs:
+   O = (Q̂ e^γ) S_start + (Q̂K̂ᵀ ⊙ D) Vn. At 27B, T = 8192: 128·48·2 = 12,288 programs.
+
+Chunk-start states are fp32: the output's inter-chunk term reads them at full precision, so v2 adds
+no rounding the v1 scan does not have (bf16 states would halve the 403 MB at 27B/8k but put a
+~4e-3 relative error on that term). All tl.dot operands are fp32 (the CPU interpreter gets bf16 dots
+wrong); PRECISION picks the GPU's multiply ("tf32" / "ieee"). Padded rows past T carry zero U, W, k,
+so Vn is zero there and they add nothing to the state.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from modeld.kernels._tl import round_to
+from modeld.kernels.gdn._chunk_kernels import _load_unit_rows
+
+
+@triton.jit
+def _chunk_state_kernel(
+    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr,
+    T, stride_kt,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Mutates u (U → Vn), h (chunk-start states [Hv, n_chunks, DK, DV]) and state (initial → final)."""
+    pid_v = tl.program_id(0)
+    hv = tl.program_id(1)
+    hk = hv // HEAD_RATIO
+    n_chunks = (T + CHUNK - 1) // CHUNK
+    dk = tl.arange(0, BLOCK_K)
+    dv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    kmask = dk < DK
+    vmask = dv < DV
+    svmask = kmask[:, None] & vmask[None, :]
+    s_off = dk[:, None] * DV + dv[None, :]
+    s_ptrs = state_ptr + hv.to(tl.int64) * DK * DV + s_off
+    S = tl.load(s_ptrs, mask=svmask, other=0.0)  # [BK, BV] fp32
+    h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
+    for c0 in range(0, T, CHUNK):
+        tl.store(h_base + (c0 // CHUNK) * DK * DV, S, mask=svmask)
+        ts = c0 + tl.arange(0, CHUNK)
+        tmask = ts < T
+        K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
+        rows = hv.to(tl.int64) * T + ts
+        last = tl.minimum(c0 + CHUNK, T) - 1
+        gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
+        gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+        gam = tl.where(tmask, gam, gam_c)
+        Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
+        umask = tmask[:, None] & vmask[None, :]
+        Uc = tl.load(u_ptrs, mask=umask, other=0.0)
+        Vn = Uc - tl.dot(Wc, S, input_precision=PRECISION)  # [C, BV]
+        tl.store(u_ptrs, Vn, mask=umask)  # same program read these elements just above: no race
+        S = tl.exp(gam_c) * S + tl.dot(
+            tl.trans(K * tl.exp(gam_c - gam)[:, None]), Vn, input_precision=PRECISION)
+    tl.store(s_ptrs, S, mask=svmask)
+
+
+@triton.jit
+def _chunk_output_kernel(
+    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr,
+    T, stride_qt, stride_kt, Hv, scale,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Writes o [T, Hv, DV] rows of chunk program_id(0), head program_id(1), V-block program_id(2)."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    pid_v = tl.program_id(2)
+    hk = hv // HEAD_RATIO
+    n_chunks = (T + CHUNK - 1) // CHUNK
+    dk = tl.arange(0, BLOCK_K)
+    dv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    kmask = dk < DK
+    vmask = dv < DV
+    c0 = n * CHUNK
+    ts = c0 + tl.arange(0, CHUNK)
+    tmask = ts < T
+    Q = _load_unit_rows(q_ptr, ts, tmask, stride_qt, hk * DK, dk, DK) * scale  # [C, BK]
+    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
+    rows = hv.to(tl.int64) * T + ts
+    last = tl.minimum(c0 + CHUNK, T) - 1
+    gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
+    gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+    gam = tl.where(tmask, gam, gam_c)
+    S = tl.load(h_ptr + (hv.to(tl.int64) * n_chunks + n) * DK * DV + dk[:, None] * DV + dv[None, :],
+                mask=kmask[:, None] & vmask[None, :], other=0.0)  # [BK, BV] state entering the chunk
+    Vn = tl.load(vn_ptr + rows[:, None] * DV + dv[None, :], mask=tmask[:, None] & vmask[None, :], other=0.0)
+    r = tl.arange(0, CHUNK)[:, None]
+    s = tl.arange(0, CHUNK)[None, :]
+    decay = tl.where(r >= s, tl.exp(tl.minimum(gam[:, None] - gam[None, :], 0.0)), 0.0)
+    O = tl.dot(Q * tl.exp(gam)[:, None], S, input_precision=PRECISION) + tl.dot(
+        tl.dot(Q, tl.trans(K), input_precision=PRECISION) * decay, Vn, input_precision=PRECISION)
+    tl.store(o_ptr + (ts[:, None].to(tl.int64) * Hv + hv) * DV + dv[None, :], round_to(O, o_ptr.dtype.element_ty),
+             mask=tmask[:, None] & vmask[None, :])
