@@ -229,26 +229,21 @@ def teacher_forced(engine, ref_logits: list, base_logits: list, prompts_ids, con
 
 
 def dequantized_weights(art) -> dict:
-    """{hf param name: float32 weight} for every quantized linear of an .mspec, dequantized with
-    the layouts of docs/interfaces.md written out here (not the engine's code): fp8
-    W = weight * weight_scale[n]; int4 W = scales[n, k // g] * q[n, k] + mins[n, k // g]."""
-    import torch
+    """{hf param name: float32 weight} for every quantized linear of an .mspec, through the
+    converter's own dequantizers (modeld.qualify.hf_weights.dequantize_parts — the layouts'
+    definitions in docs/interfaces.md, not the engine's kernels)."""
+    from modeld.qualify.hf_weights import dequantize_parts
 
     src, out = art.source, {}
-    names = set(src.names())
-    for n in names:
-        base = n.rsplit(".", 1)[0]
-        if n.endswith(".weight_scale"):
-            w = src.tensor(base + ".weight").float() * src.tensor(n).float()[:, None]
-        elif n.endswith(".qweight"):
-            qb = src.tensor(n)
-            q = torch.stack([qb & 15, qb >> 4], -1).reshape(qb.shape[0], -1).float()
-            sc, mn = src.tensor(base + ".scales").float(), src.tensor(base + ".mins").float()
-            g = q.shape[1] // sc.shape[1]
-            w = q * sc.repeat_interleave(g, 1) + mn.repeat_interleave(g, 1)
+    for n in src.names():
+        base, _, comp = n.rpartition(".")
+        if comp == "weight_scale":
+            parts = {"weight": src.tensor(base + ".weight"), "weight_scale": src.tensor(n)}
+        elif comp == "qweight":
+            parts = {"qweight": src.tensor(n), "scales": src.tensor(base + ".scales"), "mins": src.tensor(base + ".mins")}
         else:
             continue
-        out["model." + base + ".weight"] = w
+        out["model." + base + ".weight"] = dequantize_parts(parts)
     return out
 
 

@@ -79,66 +79,6 @@ class SynthSource:
         return out.view(s.shape)
 
 
-class QuantSynthSource:
-    """`SynthSource` with every linear the converter quantizes (families._qwen_role "linear") stored
-    in the fp8 or int4 layout, quantized on the fly with modeld.convert.quantize (the converter's
-    own functions, so the arena holds the bytes `modeld convert --profile P` would write)."""
-
-    def __init__(self, base: SynthSource, profile: str, group: int = 128) -> None:
-        from modeld.convert.families import _qwen_role
-        from modeld.convert.qwen3_5_spec import TEXT_PREFIX
-
-        self.base, self.profile, self.group = base, profile, group
-        self.linear = {n.removesuffix(".weight") for n in base.names()
-                       if _qwen_role(n.removeprefix(TEXT_PREFIX)) == "linear"}
-        comps = ("weight", "weight_scale") if profile == "fp8" else ("qweight", "scales", "mins")
-        self._names = sorted([n for n in base.names() if n.removesuffix(".weight") not in self.linear]
-                             + [f"{b}.{c}" for b in self.linear for c in comps])
-        self._cache: tuple[str, dict] | None = None
-
-    def names(self):
-        return self._names
-
-    def _parts(self, b: str) -> dict:
-        if self._cache is None or self._cache[0] != b:
-            from modeld.convert import quantize as Q
-
-            import torch
-
-            w = self.base.tensor(b + ".weight")
-            if torch.cuda.is_available():  # the converter's functions are device-agnostic; 16 CPU cores are slow for 27B
-                w = w.cuda()
-            if self.profile == "fp8":
-                q, sc = Q.quantize_fp8(w, b)
-                parts = {"weight": q, "weight_scale": sc}
-            else:
-                qw, sc, mn = Q.quantize_int4(w, self.group, b)
-                parts = {"qweight": qw, "scales": sc, "mins": mn}
-            self._cache = (b, parts)
-        return self._cache[1]
-
-    def _split(self, name: str):
-        b, _, comp = name.rpartition(".")
-        return (b, comp) if b in self.linear else (None, None)
-
-    def meta(self, name):
-        import torch
-
-        b, comp = self._split(name)
-        if b is None:
-            return self.base.meta(name)
-        n, k = self.base.specs[b + ".weight"].shape
-        shapes = {"weight": ((n, k), torch.float8_e4m3fn), "weight_scale": ((n,), torch.float32),
-                  "qweight": ((n, k // 2), torch.uint8), "scales": ((n, k // self.group), torch.float16),
-                  "mins": ((n, k // self.group), torch.float16)}
-        shape, dtype = shapes[comp]
-        return dtype, shape
-
-    def tensor(self, name):
-        b, comp = self._split(name)
-        return self.base.tensor(name) if b is None else self._parts(b)[comp]
-
-
 def sync():
     import torch
 
@@ -263,8 +203,10 @@ def main(argv=None) -> int:
     shape = preset(args.config, args.layers)
     cfg = Qwen35Config.from_hf(hf_config(shape))
     src = SynthSource(shape, args.seed, args.workers)
-    if args.profile != "bf16":
-        src = QuantSynthSource(src, args.profile)
+    if args.profile != "bf16":  # the converter's bytes for `modeld convert --profile P`, quantized on the GPU
+        from modeld.qualify.hf_weights import QuantizedSource
+
+        src = QuantizedSource(src, args.profile, device="cuda" if dev.type == "cuda" else None)
     opts = EngineOptions(slots=1, capacity=args.capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
 
     def save():

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -216,18 +217,28 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 
 
 @guarded
-def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):
-    """One linear case. variant "v1"/"v2" sets linear.triton.GEMV_VARIANT (the M == 1 int4/fp8
-    kernel) for this case only, so old and new GEMV are timed in the same run, tagged [v1]/[v2]."""
+@contextmanager
+def gemv_variant(variant: str):
+    """Force the M == 1 int4/fp8 kernel: "v1" (`_matmul_kernel`) or "v2" (linear/gemv.py) for every
+    format and size — the routing policy (v2 for large int4 weights only, gemv.V2_FORMATS /
+    V2_MIN_WEIGHTS) is lifted, so a row tagged [v2] really ran v2. Restores everything on exit."""
+    from modeld.kernels.linear import gemv
     from modeld.kernels.linear import triton as lin
+    saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS
+    lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = variant, ("int4", "fp8"), 0
+    try:
+        yield
+    finally:
+        lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = saved
+
+
+def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):
+    """One linear case. variant "v1"/"v2" forces that M == 1 int4/fp8 kernel (`gemv_variant`) for
+    this case only, so old and new GEMV are timed in the same run, tagged [v1]/[v2]."""
     if variant is None:
         return _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
-    saved = lin.GEMV_VARIANT
-    lin.GEMV_VARIANT = variant
-    try:
+    with gemv_variant(variant):
         return _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, f"{tag} [{variant}]", baseline)
-    finally:
-        lin.GEMV_VARIANT = saved
 
 
 def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline):
@@ -457,75 +468,6 @@ def recurrent(out):
         print(f"kernels_recurrent failed: {type(exc).__name__}: {exc}", flush=True)
 
 
-def _loop_body(sass: str) -> list[str]:
-    """Instructions of the longest backward-branch loop of cuobjdump SASS (the K loop of a GEMV)."""
-    import re
-    labels, instrs, best = {}, [], []
-    for line in sass.splitlines():
-        if re.match(r"\s*[A-Za-z_.][\w.]*:\s*$", line):
-            labels[line.strip()[:-1]] = len(instrs)
-        elif (m := re.match(r"^[0-9a-f-]{2}:[^\t]*\t(.*?);", line)):
-            instrs.append(m.group(1).strip())
-    for i, ins in enumerate(instrs):
-        m = re.search(r"BRA\s+(\w+)", ins)
-        if m and labels.get(m.group(1), i + 1) <= i and i + 1 - labels[m.group(1)] > len(best):
-            best = instrs[labels[m.group(1)]:i + 1]
-    return best
-
-
-def offline_sass(out: str) -> int:
-    """--offline-sass: compile the v1 and v2 M == 1 kernels of every 27B GEMV shape for sm_90 on this
-    machine (no GPU; bench/feasibility.py's recorder + offline compile) and count SASS instructions
-    per weight in the main loop — the proxy for an ALU-bound GEMV. Prints a markdown table, writes
-    gemv_sass.json under `out`."""
-    from bench import feasibility as feas
-    from modeld.kernels.linear import triton as lin
-    rows = []
-    print("| shape | fmt | variant | tile | grid | regs | spill B | loop instr | weights/thread/step | instr/weight "
-          "| BAR in loop |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    for label, n, k, sw in LINEAR_SHAPES:
-        n_rows = 2 * n if sw else n
-        x = torch.empty(1, k, dtype=torch.bfloat16)
-        for fmt in ("int4g128", "fp8", "int4g32"):
-            if fmt == "fp8":
-                w = (torch.empty(n_rows, k, dtype=torch.float8_e4m3fn), torch.empty(n_rows))
-            else:
-                g = int(fmt.removeprefix("int4g"))
-                w = (torch.empty(n_rows, k // 2, dtype=torch.uint8), torch.empty(n_rows, k // g, dtype=torch.float16),
-                     torch.empty(n_rows, k // g, dtype=torch.float16))
-            fn = _linear_fn(fmt, sw)
-            for variant in ("v1", "v2"):
-                saved = lin.GEMV_VARIANT
-                lin.GEMV_VARIANT = variant
-                try:
-                    feas._offline_patches([lin])
-                    (jit, grid, a, kw), = feas._record([lin], lambda: fn(x, *w))
-                finally:
-                    lin.GEMV_VARIANT = saved
-                kernel, regs, spill = feas._compile_offline(jit, a, kw)
-                body = _loop_body(kernel.asm["sass"])
-                if jit.__name__ == "_matmul_kernel":
-                    tile = f"{kw['BLOCK_N']}x{kw['BLOCK_K']}{' reduce' if kw['REDUCE_EACH_STEP'] else ''}"
-                    per_step = kw["BLOCK_N"] * kw["BLOCK_K"] * (2 if sw else 1)
-                elif "NGS" in kw:
-                    tile = f"2x{kw['BLOCK_N']}x{kw['NGS'] * kw['WG'] * 8}"
-                    per_step = 2 * kw["BLOCK_N"] * kw["NGS"] * kw["WG"] * 8
-                else:
-                    tile = f"2x{kw['BLOCK_N']}x{kw['KS'] * kw['WK'] * 4} asm={int(kw['ASM'])}"
-                    per_step = 2 * kw["BLOCK_N"] * kw["KS"] * kw["WK"] * 4
-                wpt = per_step / (32 * kw["num_warps"])
-                row = dict(shape=label, n=n, k=k, fmt=fmt, variant=variant, tile=tile, grid=grid[0], regs=regs,
-                           spill_bytes=spill, loop_instructions=len(body), weights_per_thread_step=wpt,
-                           instr_per_weight=round(len(body) / wpt, 2), bar_in_loop=sum("BAR" in i for i in body))
-                rows.append(row)
-                print(f"| {label} | {fmt} | {variant} | {tile} w{kw['num_warps']} | {grid[0]} | {regs} | {spill} | "
-                      f"{len(body)} | {wpt:.0f} | **{row['instr_per_weight']}** | {row['bar_in_loop']} |", flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gemv_sass.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    return 0
-
-
 def dry_run(args) -> int:
     """--dry-run: the linear GEMV sections on CPU (TRITON_INTERPRET=1, tiny shapes, no ceilings)."""
     global OUT, DEV, LINEAR_SHAPES
@@ -570,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return dry_run(args)
     if args.offline_sass:
+        from bench.gemv_sass import offline_sass
+
         return offline_sass(args.out)
     sections = set(args.sections.split(","))
     unknown = sections - set(SECTIONS)

@@ -25,7 +25,6 @@ MissingTensorError for unknown names and synth_stream.SynthStreamMismatch for a 
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections import OrderedDict
 
 from modeld.convert.qwen3_5_spec import TEXT_PREFIX, Qwen35Shape, checkpoint_inventory
@@ -87,45 +86,38 @@ class HFParamSource:
 def quantize_parts(w, profile: str, name: str, group: int = INT4_GROUP) -> dict:
     """The converter's components of one linear W [N, K] on W's device: fp8 {weight, weight_scale}
     or int4 {qweight, scales, mins}. Raises the converter's Quantization*Error."""
-    import torch
-
     from modeld.convert import quantize as Q
 
-    # Newer converters take `out_device`; older ones allocate on the default device (context).
-    kw = {"out_device": w.device} if "out_device" in inspect.signature(Q.quantize_fp8).parameters else {}
-    with torch.device(w.device):
-        if profile == "fp8":
-            q, sc = Q.quantize_fp8(w, name, **kw)
-            return {"weight": q, "weight_scale": sc}
-        if profile == "int4":
-            qw, sc, mn = Q.quantize_int4(w, group, name, **kw)
-            return {"qweight": qw, "scales": sc, "mins": mn}
+    if profile == "fp8":
+        q, sc = Q.quantize_fp8(w, name, out_device=w.device)
+        return {"weight": q, "weight_scale": sc}
+    if profile == "int4":
+        qw, sc, mn = Q.quantize_int4(w, group, name, out_device=w.device)
+        return {"qweight": qw, "scales": sc, "mins": mn}
     raise ValueError(f"unknown quantized profile {profile!r}")
 
 
 def dequantize_parts(parts: dict):
     """float32 W_hat [N, K] from `quantize_parts` output (the layout's exact inverse)."""
-    import torch
-
     from modeld.convert import quantize as Q
 
-    any_part = next(iter(parts.values()))
-    with torch.device(any_part.device):
-        if "weight_scale" in parts:
-            return Q.dequantize_fp8(parts["weight"], parts["weight_scale"])
-        return Q.dequantize_int4(parts["qweight"], parts["scales"], parts["mins"])
+    if "weight_scale" in parts:
+        return Q.dequantize_fp8(parts["weight"], parts["weight_scale"])
+    return Q.dequantize_int4(parts["qweight"], parts["scales"], parts["mins"])
 
 
 class QuantizedSource:
     """`base` with every converter-quantized linear stored as its fp8 / int4 components (the
-    bytes `modeld convert --profile P` writes), quantized lazily on the base tensor's device.
+    bytes `modeld convert --profile P` writes), quantized lazily on `device` (default: the base
+    tensor's; a CPU source such as bench/engine_qwen3_5.py's SynthSource passes "cuda", since the
+    converter's functions are device-exact and 16 CPU cores are slow for 27B).
     A small LRU keeps the components of the last few linears, because the engine asks for one
     component of every part of a fused slot before the next component."""
 
-    def __init__(self, base, profile: str, group: int = INT4_GROUP, keep: int = 6) -> None:
+    def __init__(self, base, profile: str, group: int = INT4_GROUP, keep: int = 6, device=None) -> None:
         if profile not in ("fp8", "int4"):
             raise ValueError(f"unknown quantized profile {profile!r}")
-        self.base, self.profile, self.group, self.keep = base, profile, group, keep
+        self.base, self.profile, self.group, self.keep, self.device = base, profile, group, keep, device
         self.linear = set(linear_bases(base.names()))
         comps = ("weight", "weight_scale") if profile == "fp8" else ("qweight", "scales", "mins")
         self._names = sorted([n for n in base.names() if n.removesuffix(".weight") not in self.linear]
@@ -141,7 +133,10 @@ class QuantizedSource:
 
     def parts(self, base: str) -> dict:
         if base not in self._cache:
-            self._cache[base] = quantize_parts(self.base.tensor(base + ".weight"), self.profile, base, self.group)
+            w = self.base.tensor(base + ".weight")
+            if self.device is not None:
+                w = w.to(self.device)
+            self._cache[base] = quantize_parts(w, self.profile, base, self.group)
             while len(self._cache) > self.keep:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(base)

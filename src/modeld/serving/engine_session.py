@@ -231,7 +231,6 @@ class EngineSession(Session):
             return False
         self._engine_logits_put(saved)
         self._logits_ready = True
-        self._prompt_end = (n, saved)
         return True
 
     def _note_prefix(self, t0: float, before: int, reused: int, prefilled: int) -> PrefixResult:

@@ -6,8 +6,8 @@ one engine slot holds the *resident* session's state; other sessions are parked 
 A model's cell keeps loading, tokenization, templates and capabilities; its session keeps
 `_engine_truncate` (how state is cut back is the model's business).
 
-The cell subclass sets `engine`, `tokenizer`, `config` (with `vocab`, `eos_ids`), `sampler`,
-`lock`, `_n_ctx`, `_identity` and `_resident = None`.
+The cell subclass sets `engine`, `artifact`, `tokenizer`, `config` (with `vocab`, `eos_ids`),
+`sampler`, `lock`, `_n_ctx`, `_identity` and `_resident = None`, then calls `_finish_load(device)`.
 """
 
 from __future__ import annotations
@@ -76,6 +76,14 @@ class SlotEngineCell(Cell):
             eng.reset_slot(0)
             self._resident = None
         return time.perf_counter() - t0
+
+    def _finish_load(self, device) -> None:
+        """The end of every slot cell's constructor: on CUDA warm up (Triton compiles now, not in
+        the first request's TTFT; the CPU has nothing to compile), then unmap the artifact — every
+        weight is in the engine's arena, and a server would otherwise keep the whole file's pages
+        mapped (19 GB RSS for the 18 GB 27B int4 artifact on the H200). Sets `warm_up_s`."""
+        self.warm_up_s = self.warm_up() if device.type == "cuda" else 0.0
+        self.artifact.source.close()
 
     @property
     def identity(self) -> IdentityKey:
