@@ -87,6 +87,8 @@ def parse(argv):
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget; optional stages are skipped past it")
     ap.add_argument("--profiles", default="bf16,fp8,int4", help="engine profiles (bf16 first: it sets the gate scale)")
     ap.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler stage")
+    ap.add_argument("--ttft-chunks", default="1024,4096,8192",
+                    help="prefill_chunk values timed at the longest TTFT length per engine ('' skips)")
     ap.add_argument("--expected-ids", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                            "artifact_qwen3_5_27b.expected.json"),
                     help="identities precomputed on the CPU ({config/profile: {weights_id}}) to check against")
@@ -199,6 +201,8 @@ def engine_stage(R, st, profile: str):
               "speedup_vs_hf": hf["p50_s"] / d["p50_s"] if hf else None})
     res["decode"] = d
     res["ttft"] = C.engine_bench.ttft(eng, st.ttft_lengths)
+    if a.ttft_chunks and R.elapsed() < a.budget_s * 0.6:
+        res["ttft_by_chunk"] = ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
     if profile == "bf16":
         st.noise = res["vs_hf"]
         res["gate"] = {"name": "greedy parity vs HF (near-tie rule)", "pass": res["vs_hf"]["pass"]
@@ -210,11 +214,32 @@ def engine_stage(R, st, profile: str):
     C.release()
     vs = res["vs_hf"]
     tt = " ".join(f"{t['prompt_tokens']}:{t['ttft_s_min'] * 1e3:.0f}ms" for t in res["ttft"])
+    if res.get("ttft_by_chunk"):
+        tt += " (by chunk " + " ".join(f"{t['prefill_chunk']}:{t['ttft_s_min'] * 1e3:.0f}ms"
+                                       for t in res["ttft_by_chunk"]) + ")"
     res["summary"] = (f"load {load_s:.1f} s, vs HF argmax {vs['argmax_agree']}/{vs['positions']} "
                       f"(+{vs['near_tie_disagreements']} ties, {vs['other_disagreements']} other), "
                       f"max|Δ| top-k {vs['max_abs_topk']:.3f} full {vs['max_abs_full']:.3f}, decode "
                       f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}")
     return res
+
+
+def ttft_by_chunk(eng, n: int, chunks: str) -> list[dict]:
+    """TTFT at n tokens with prefill_chunk = checkpoint_every = c for each c (the cell's schedule
+    knob: a longer chunk gives the GEMMs more rows per weight pass, a shorter one finer GDN
+    checkpoints). The engine reads its options per prefill; they are restored afterwards."""
+    import dataclasses
+
+    saved, out = eng.options, []
+    try:
+        for c in (int(x) for x in chunks.split(",") if x):
+            eng.options = dataclasses.replace(saved, prefill_chunk=c, checkpoint_every=c)
+            r = C.engine_bench.ttft(eng, [n])
+            if r:
+                out.append({"prefill_chunk": c, **r[0]})
+    finally:
+        eng.options = saved
+    return out
 
 
 def rung6_stage(R, st, profile: str):

@@ -207,8 +207,10 @@ def _linear_fn(fmt, swiglu):
 
 
 # (label, N out, K, swiglu) at 27B
+# (the engine's fused slots, models/qwen3_5/names.py: gdn.in_proj = in_proj_qkv + in_proj_z rows,
+# attn.qkv = q_proj (query + output gate) + k_proj + v_proj rows)
 LINEAR_SHAPES = [("mlp gate+up swiglu", 17408, 5120, True), ("mlp down", 5120, 17408, False),
-                 ("gdn in_proj_qkv", 10240, 5120, False), ("attn q_proj", 12288, 5120, False),
+                 ("gdn in_proj qkv+z", 16384, 5120, False), ("attn q+gate,k,v", 14336, 5120, False),
                  ("o_proj/out_proj", 5120, 6144, False)]
 # --dry-run (CPU interpreter): same labels, tiny N/K (K a multiple of 128 for int4 g128)
 DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384, False),
@@ -219,13 +221,13 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 @guarded
 @contextmanager
 def gemv_variant(variant: str):
-    """Force the M == 1 int4/fp8 kernel: "v1" (`_matmul_kernel`) or "v2" (linear/gemv.py) for every
+    """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`) or "v2" (linear/gemv.py) for every
     format and size — the routing policy (v2 for large int4 weights only, gemv.V2_FORMATS /
     V2_MIN_WEIGHTS) is lifted, so a row tagged [v2] really ran v2. Restores everything on exit."""
     from modeld.kernels.linear import gemv
     from modeld.kernels.linear import triton as lin
     saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS
-    lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = variant, ("int4", "fp8"), 0
+    lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = variant, ("int4", "fp8", "bf16"), 0
     try:
         yield
     finally:
@@ -242,7 +244,7 @@ def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", ba
 
 
 def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline):
-    from modeld.kernels.linear import configs
+    from modeld.kernels.linear import configs, gemv
     from modeld.kernels.linear import triton as lin
     n_rows = 2 * n if swiglu else n
     _, wbytes = _make_weights(fmt, 1, k, gen)  # bytes per row
@@ -254,7 +256,7 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         call = lambda i: fn(xs[i], *weights[i])  # noqa: E731
         cfg = configs.pick(90, "int4" if fmt.startswith("int4") else fmt, swiglu, m, n, k, False)
         fmt_name = "int4" if fmt.startswith("int4") else fmt
-        if m == 1 and fmt_name in ("int4", "fp8") and lin.GEMV_VARIANT == "v2":
+        if m == 1 and fmt_name in gemv.V2_FORMATS and lin.GEMV_VARIANT == "v2":
             cfg = configs.pick_gemv(90, fmt_name, swiglu, n, k,
                                     int(fmt.removeprefix("int4g")) if fmt_name == "int4" else 0, DEV == "cpu")
     else:
@@ -402,19 +404,19 @@ def sweep_attention(reps, gen):
 
 
 def sweep_gemm(reps, gen):
+    """bf16 prefill GEMM tiles at M = 8192 (the 8k TTFT) for every plain engine shape (the SwiGLU
+    gate+up already reaches 0.98 of cuBLAS), incl. the opt-in TMA-descriptor kernel, each beside
+    cuBLAS; then the in-tile fp8/int4 candidates for gate+up."""
     from modeld.kernels.linear.configs import TileConfig as C
-    tma = dict(tma=True)  # the opt-in TMA-descriptor GEMM (_gemm_tma_kernel), never measured before
-    for label, n, k, sw in (LINEAR_SHAPES[3], LINEAR_SHAPES[1]):
-        for cfg in (C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma), C(128, 256, 64, 8, 4),
-                    C(256, 128, 64, 8, 3)):
-            bench_linear(4096, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
-    for cfg in (C(128, 128, 64, 8, 4, **tma), C(128, 128, 64, 8, 3, **tma)):
-        bench_linear(4096, "bf16", *LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
-    for fmt in ("fp8", "int4g128"):
-        cands = [C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)]
-        if fmt == "fp8":
-            cands += [C(128, 64, 64, 8, 3, **tma), C(128, 128, 64, 8, 3, **tma)]
+    tma = dict(tma=True)
+    cands = (C(128, 256, 64, 8, 3), C(128, 256, 64, 8, 4), C(256, 128, 64, 8, 3), C(128, 128, 64, 8, 4),
+             C(128, 128, 64, 4, 4), C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma))
+    for label, n, k, sw in LINEAR_SHAPES[1:]:
+        bench_linear(8192, "bf16", label, n, k, sw, reps, gen)  # default tile + cuBLAS baseline
         for cfg in cands:
+            bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    for fmt in ("fp8", "int4g128"):
+        for cfg in (C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)):
             bench_linear(4096, fmt, *LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
 
 
@@ -424,22 +426,28 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
     sweep: v2 tile candidates per format (no baselines); the winner goes to configs.GEMV_TUNED."""
     from modeld.kernels.linear import configs
     for label, n, k, sw in LINEAR_SHAPES if ab else ():
-        for fmt in ("int4g128", "fp8") + (("int4g32",) if sw else ()):
+        for fmt in ("int4g128", "fp8", "bf16") + (("int4g32",) if sw else ()):
             for variant in ("v1", "v2"):
                 bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=variant, baseline=variant == "v2")
     if not sweep:
         return
     # (block_n, block_k, num_warps, split_k); split-K candidates matter most for N = 5120 (down, o_proj)
     # Kept small so gemv-ab + this sweep + the GPU tests fit one ~3-minute device call.
-    cands = {"int4g128": ((8, 512, 4, 1), (32, 256, 4, 1), (16, 512, 4, 2), (16, 512, 4, 4), (8, 1024, 4, 1)),
-             "fp8": ((16, 256, 4, 1), (32, 256, 4, 1), (8, 256, 4, 1), (16, 256, 4, 2), (32, 256, 4, 4))}
+    # The 2026-11-29 sweep's winners (gate+up int4 8x1024; down int4 16x512 split 4; fp8 16x256 split
+    # 2 / 32x256 split 4) are re-timed beside their neighbours at all five engine shapes.
+    cands = {"int4g128": ((16, 512, 4, 1), (8, 1024, 4, 1), (8, 512, 4, 1), (16, 512, 4, 2), (16, 512, 4, 4),
+                          (8, 1024, 4, 2), (8, 512, 4, 4)),
+             "fp8": ((16, 256, 4, 1), (32, 256, 4, 1), (16, 256, 4, 2), (32, 256, 4, 2), (16, 256, 4, 4),
+                     (32, 256, 4, 4), (8, 256, 4, 2)),
+             "bf16": ((16, 256, 4, 1), (32, 256, 4, 1), (16, 512, 4, 1), (16, 256, 4, 2), (16, 256, 4, 4),
+                      (8, 256, 4, 2), (32, 128, 4, 2))}
     saved = configs._gemv_default
     try:
         for fmt, shapes in cands.items():
             for bn, bk, nw, split in shapes:
                 cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
                 configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
-                for label, n, k, sw in LINEAR_SHAPES[:3]:  # gate+up (wide N), down (N = 5120), in_proj_qkv
+                for label, n, k, sw in LINEAR_SHAPES:
                     bench_linear(1, fmt, label, n, k, sw, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
                                  variant="v2", baseline=False)
     finally:

@@ -242,11 +242,17 @@ def bench_gdn(reps):
                      lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 gt.V2_BLOCKED_PREP = True
                 default = gt.V2_OUTPUT_TILE
-                for tile in ((32, 4), (64, 4), (128, 8)):  # output-pass alternatives to re-pick the tile from
+                for tile in ((32, 4), (64, 8), (128, 8)):  # output-pass alternatives to re-pick the tile from
                     gt.V2_OUTPUT_TILE = tile
                     case(f"gdn_prefill(chunked,v2,out{tile[0]}w{tile[1]})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 gt.V2_OUTPUT_TILE = default
+                saved = gt.V2_STATE_TILE, gt.V2_STATE_STAGES
+                for tile, stages in (((16, 4), 2), ((16, 4), 3), ((32, 4), 2), ((16, 2), 2)):  # state pass
+                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = tile, stages
+                    case(f"gdn_prefill(chunked,v2,state{tile[0]}w{tile[1]}s{stages})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
         finally:
             os.environ["MODELD_GDN_CHUNK"] = "v1"
         if T == 8192:
@@ -382,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     ENV["copy_Bps"] = copy_ceiling(10)
     print(f"{ENV['gpu']} sm{ENV['sm']} driver {ENV['driver']} torch {ENV['torch']} triton {ENV['triton']} "
           f"commit {ENV['commit']}; copy ceiling {ENV['copy_Bps'] / 1e12:.2f} TB/s", flush=True)
+    os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, "kernels_recurrent.json")
     for name in args.only or list(GROUPS):
         print(f"[{name}]", flush=True)

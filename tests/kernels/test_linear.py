@@ -127,6 +127,21 @@ def test_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_
     _check_forced(m, n, k, fmt, swiglu, configs.TileConfig(32, 32, 32, 4, 1, group_m=4, tma=True), gen, device)
 
 
+def test_default_tma_tile_falls_back_when_unaligned(gen, device, poisoned_outputs, monkeypatch):
+    """A default (picked) TMA tile serves aligned inputs and falls back to pointer loads for a row
+    stride that is not a multiple of 16 bytes (K = 77); an explicit TMA config would raise instead."""
+    tma_cfg = configs.TileConfig(32, 32, 32, 4, 1, group_m=4, tma=True)
+    monkeypatch.setattr(tt, "pick", lambda *a: tma_cfg)
+    launched = []
+    real = tt._launch_tma
+    monkeypatch.setattr(tt, "_launch_tma", lambda *a: launched.append(a[1].shape[1]) or real(*a))
+    for k in (64, 77):
+        x = torch.randn(40, k, generator=gen).bfloat16().to(device)
+        w = (torch.randn(24, k, generator=gen) / k**0.5).bfloat16().to(device)
+        assert_close(tt.linear(x, w), ref.linear(x, w), what=f"default TMA tile K={k}")
+    assert launched == [64]
+
+
 def test_tma_config_rejects_int4_and_misaligned(gen, device):
     x = torch.randn(4, 64).bfloat16().to(device)
     ws = _weights("int4g32", 8, 64, gen, device)
@@ -191,9 +206,9 @@ def test_bad_inputs_raise(device):
 # ---------------------------------------------------------------- v2 GEMV (linear/gemv.py) vs v1
 @pytest.fixture
 def gemv_calls(monkeypatch):
-    """Counts launches of the v2 GEMV (so a test can prove which kernel served the call). Opts fp8
-    in too: v2 serves int4 only by default, the fp8 v2 kernel is still tested and benched."""
-    monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8"))
+    """Counts launches of the v2 GEMV (so a test can prove which kernel served the call), with every
+    format on v2 whatever $MODELD_GEMV_V2 says."""
+    monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8", "bf16"))
     monkeypatch.setattr(gv, "V2_MIN_WEIGHTS", 0)  # the small test shapes would stay on v1
     calls = []
     real = gv.launch_gemv
@@ -205,7 +220,8 @@ def gemv_calls(monkeypatch):
 # 11 groups of 32 (NGS 8 -> a partly masked step), 384 = 3 groups of 128 (NGS 2); fp8 K = 196 = 49
 # words (the interpreter config steps 16 words). Under the interpreter the fp8 kernel runs without
 # its inline asm (ASM=False); test_gpu_gemv_variants covers the asm path.
-V2_CASES = [(37, 384, "int4g128"), (37, 352, "int4g32"), (9, 256, "int4g128"), (37, 196, "fp8"), (5, 64, "fp8")]
+V2_CASES = [(37, 384, "int4g128"), (37, 352, "int4g32"), (9, 256, "int4g128"), (37, 196, "fp8"), (5, 64, "fp8"),
+            (37, 198, "bf16"), (5, 64, "bf16")]
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
@@ -215,8 +231,8 @@ def test_gemv_v2_matches_reference(n, k, fmt, swiglu, gen, device, poisoned_outp
     assert gemv_calls == [fmt[:4]], "the M == 1 call did not take the v2 GEMV"
 
 
-def test_v2_serves_int4_only_by_default():
-    """fp8 v2 lost to v1 on the N = 5120 shapes on the H200 (default tiles): opt-in until tuned."""
+def test_v2_serves_every_format_by_default():
+    """With the GEMV_TUNED entries v2 beat v1 at every 27B shape for all three formats (H200)."""
     import os
     import subprocess
     import sys
@@ -224,7 +240,7 @@ def test_v2_serves_int4_only_by_default():
     env = {k: v for k, v in os.environ.items() if k != "MODELD_GEMV_V2"}
     out = subprocess.run([sys.executable, "-c", "from modeld.kernels.linear import gemv; print(gemv.V2_FORMATS)"],
                          env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "('int4',)"
+    assert out.strip() == "('int4', 'fp8', 'bf16')"
 
 
 def test_small_weights_stay_on_v1(gen, device, monkeypatch):
@@ -240,7 +256,7 @@ def test_small_weights_stay_on_v1(gen, device, monkeypatch):
 
 
 def test_gemv_v1_still_selectable(gen, device, poisoned_outputs, gemv_calls, monkeypatch):
-    _check(1, 37, 256, "bf16", False, gen, device)  # bf16 is always v1
+    _check(1, 37, 99, "bf16", False, gen, device)  # K % 2 != 0: v1
     _check(1, 37, 98, "fp8", False, gen, device)  # K % 4 != 0: v1
     monkeypatch.setattr(tt, "GEMV_VARIANT", "v1")
     _check(1, 37, 256, "int4g32", True, gen, device)
@@ -256,6 +272,8 @@ FORCED_CASES = [
     ("fp8", 196, configs.GemvConfig(4, 64, 4)),  # 49 words in steps of 16: 3 full + 1 partial
     ("int4g32", 352, configs.GemvConfig(4, 128, 4, split_k=3)),  # split-K: 4 + 4 + 3 groups
     ("fp8", 196, configs.GemvConfig(4, 128, 4, split_k=3)),  # split-K: 32 + 17 words + an empty split
+    ("bf16", 198, configs.GemvConfig(4, 64, 4)),  # 99 words in steps of 32: 3 full + 1 partial
+    ("bf16", 198, configs.GemvConfig(4, 64, 4, split_k=3)),  # split-K: 64 + 35 words + an empty split
 ]
 
 
@@ -295,9 +313,10 @@ def test_gemv_v2_falls_back_when_unaligned(gen, device, poisoned_outputs, gemv_c
 
 
 # ---------------------------------------------------------------- GPU: 27B shapes and random shapes
-# (N, K) of qwen3_5 27B: gate+up (as swiglu over F=17408), down, GDN qkv, o_proj, q_proj.
+# (N, K) of qwen3_5 27B: gate+up (as swiglu over F=17408), down, GDN qkv, o_proj, q_proj, and the
+# engine's fused slots gdn.in_proj (qkv + z) and attn.qkv (q + gate, k, v): every GEMV_TUNED key.
 GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (10240, 5120, False), (5120, 6144, False),
-              (12288, 5120, False)]
+              (12288, 5120, False), (16384, 5120, False), (14336, 5120, False)]
 
 
 @pytest.mark.gpu
@@ -329,7 +348,7 @@ def test_gpu_random_shapes(fmt, gen, device, poisoned_outputs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["v1", "v2"])
-@pytest.mark.parametrize("fmt", ["int4g32", "int4g128", "fp8"])
+@pytest.mark.parametrize("fmt", ["int4g32", "int4g128", "fp8", "bf16"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_gemv_variants(n, k, swiglu, fmt, variant, gen, device, poisoned_outputs, gemv_calls, monkeypatch):
     """Both M == 1 kernels at the 27B shapes (v2 is the default; v1 stays selectable for benches).
@@ -341,7 +360,7 @@ def test_gpu_gemv_variants(n, k, swiglu, fmt, variant, gen, device, poisoned_out
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", [2, 4])
-@pytest.mark.parametrize("fmt", ["int4g128", "fp8"])
+@pytest.mark.parametrize("fmt", ["int4g128", "fp8", "bf16"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, gen, device, poisoned_outputs):
     x = (torch.randn(1, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
@@ -354,11 +373,11 @@ def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, gen, device, poisoned_out
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", ["int4g128", "fp8"])
+@pytest.mark.parametrize("fmt", ["int4g128", "fp8", "bf16"])
 def test_gpu_gemv_v2_random_shapes(fmt, gen, device, poisoned_outputs, gemv_calls):
     for _ in range(10):
         n = int(torch.randint(1, 3000, (1,), generator=gen))
         k = 128 * int(torch.randint(1, 40, (1,), generator=gen)) + (4 * int(torch.randint(0, 32, (1,), generator=gen))
-                                                                     if fmt == "fp8" else 0)
+                                                                     if fmt != "int4g128" else 0)
         _check(1, n, k, fmt, bool(n % 2), gen, device)
     assert gemv_calls == [fmt[:4]] * 10

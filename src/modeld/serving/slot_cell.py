@@ -58,14 +58,18 @@ class SlotEngineCell(Cell):
     def warm_up(self, lengths: Sequence[int] = (5, 16, 33, 80)) -> float:
         """Run throw-away work of every shape a first request can hit — prefills in each GEMM bucket
         (M <= 16 "skinny", M > 16 "gemm"), each with a length Triton specializes as divisible by 16
-        and one it does not (80 also crosses a 64-token GDN chunk), one decode step,
-        greedy and filtered sampling — so Triton compiles at load instead of inside the first
-        user's TTFT (9.3 s for the 27B on the H200: KNOWLEDGE/findings/qwen3_5-27b-served-on-the-h200.md).
-        Call before any session exists: mutates slot 0 and leaves it empty. Returns seconds spent."""
+        and one it does not (80 also crosses a 64-token GDN chunk), plus one full prefill chunk and
+        one just short of it (large-M kernels: int4/fp8 weights dequantised once per call from
+        ~1024 rows, kernels/linear), one decode step, greedy and filtered sampling — so Triton
+        compiles at load instead of inside the first user's TTFT (9.3 s for the 27B on the H200:
+        KNOWLEDGE/findings/qwen3_5-27b-served-on-the-h200.md). Lengths that do not fit the context
+        are skipped. Call before any session exists: mutates slot 0 and leaves it empty. Returns
+        seconds spent."""
         t0 = time.perf_counter()
         with self.lock:
             eng, tok = self.engine, min(11, self.config.vocab - 1)
-            for n in lengths:
+            chunk = getattr(eng.options, "prefill_chunk", 0)
+            for n in tuple(lengths) + ((chunk, chunk - 7) if chunk > max(lengths, default=0) else ()):
                 if n + 2 <= self._n_ctx:
                     eng.reset_slot(0)
                     eng.prefill(0, [tok] * n)

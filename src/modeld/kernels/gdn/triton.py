@@ -5,9 +5,10 @@
   (gates, l2norm, (I+L)⁻¹, U, W into fp32 scratch) and a sequential scan over chunks per
   (head, Dv slice) holding the state in registers. Heads wider than Dk = 128 (not qwen3_5's) take
   the token-loop kernel instead: the chunk tiles would not fit in shared memory.
-  `MODELD_GDN_CHUNK=v2` (read per call; default v1, not yet measured on the GPU) swaps in a
-  blocked-inverse prep (`_chunk_prep_v2.py`) and, for the scan, the split of `_chunk_kernels_v2.py`:
-  a sequential state pass over more, narrower programs, then a fully parallel output pass
+  The default since the 2026-11-29 H200 A/B is v2 (1.52x faster at 27B, T = 8192: 3.44 vs 5.25 ms
+  per layer): a blocked-inverse prep (`_chunk_prep_v2.py`) and, for the scan, the split of
+  `_chunk_kernels_v2.py`: a sequential state pass over more, narrower programs, then a fully
+  parallel output pass. `MODELD_GDN_CHUNK=v1` (read per call) selects the v1 launches
   (knowledge: optimizations/gdn-chunked-prefill-v2.md).
 Gates, l2norm and the 1/sqrt(Dk) scale are fused; Dk, Dv and the head ratio are constexpr; T and B
 are runtime values.
@@ -48,16 +49,21 @@ DOT_PRECISION = "tf32"
 CHUNK_ENV = "MODELD_GDN_CHUNK"
 CHUNK_VERSIONS = ("v1", "v2")
 assert CHUNK == 4 * SUB, "the blocked (I + L)⁻¹ of _chunk_prep_v2.py is written for 4 sub-blocks"
-V2_STATE_TILE = (16, 4)  # (BLOCK_V, num_warps)
-V2_OUTPUT_TILE = (64, 8)
+# (BLOCK_V, num_warps) and software-pipelining stages of the state pass: its chunk loop is
+# sequential, so every step waits for its W, K, U loads unless Triton prefetches them (it pipelines
+# loads that feed tl.dot when num_stages > 1). H200, T = 4096, one run: (32, 4) 2 stages 1495 us per
+# layer; (16, 4) 1 stage 1672, 2 stages 1684, 3 stages 1710; (16, 2) 2 stages 1934 (spills).
+V2_STATE_TILE = (32, 4)
+V2_STATE_STAGES = 2
+V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687, (64, 8) 1737, (32, 4) 1827
 # v2 prep: blocked 16×16 (I + L)⁻¹ (`_chunk_prep_v2.py`); False keeps v1's substitution prep, so a
 # benchmark can split the gain between the new prep and the state/output split
 V2_BLOCKED_PREP = True
 
 
 def chunk_version() -> str:
-    """The chunked prefill selected by $MODELD_GDN_CHUNK ("v1" when unset). Raises KernelValueError."""
-    version = os.environ.get(CHUNK_ENV, "v1") or "v1"
+    """The chunked prefill selected by $MODELD_GDN_CHUNK ("v2" when unset). Raises KernelValueError."""
+    version = os.environ.get(CHUNK_ENV, "v2") or "v2"
     if version not in CHUNK_VERSIONS:
         raise KernelValueError(f"{CHUNK_ENV}={version!r}: expected one of {', '.join(CHUNK_VERSIONS)}")
     return version
@@ -131,7 +137,7 @@ def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
     common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=DOT_PRECISION)
     bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
     _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
-        k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=1, **common)
+        k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
     bv, warps = min(V2_OUTPUT_TILE[0], block_dv), V2_OUTPUT_TILE[1]
     _chunk_output_kernel[(n_chunks, Hv, triton.cdiv(Dv, bv))](
         q, k, u, gam, h, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5,

@@ -62,8 +62,6 @@ TUNED: dict[tuple[int, str, bool, str, int, int], TileConfig] = {
                                                          source=f"{_SWEEP}: 21.1 us, 1.32 TB/s"),
     (90, "bf16", False, "gemv", 248320, 5120): TileConfig(1, 16, 256, 4, 1,
                                                           source=f"{_SWEEP}: lm_head 637.9 us, 3.99 TB/s"),
-    (90, "bf16", False, "gemm", 12288, 5120): TileConfig(128, 256, 64, 8, 3,
-                                                         source=f"{_SWEEP}: 982 us at M=4096, 0.77 of cuBLAS"),
     (90, "bf16", True, "gemm", 17408, 5120): TileConfig(128, 128, 64, 8, 4,
                                                         source=f"{_SWEEP}: 2553 us at M=4096, 0.98 of cuBLAS"),
 }
@@ -96,10 +94,13 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
         # 16-row tensor-core tile; narrow N blocks keep >= 160 programs for N = 5120.
         bn = 64 if n >= 16384 and not swiglu else 32
         return TileConfig(16, bn, 128, 4, 4)
-    # Compute bound prefill (wgmma). bf16: 128x256x64, 8 warps, 3 stages; swiglu (two accumulators):
-    # 128x128x64, 4 stages, measured 0.98 of cuBLAS; dequantising formats use 128x128 / 128x64.
+    # Compute bound prefill (wgmma). bf16 without SwiGLU: tiles through TMA descriptors, 128x128x64,
+    # 8 warps, 4 stages: at M = 8192 on the H200 (2026-11-29 s3) 0.86-0.95 of cuBLAS on the four plain
+    # 27B shapes, against 0.78-0.81 for the best pointer-load tile (128x256x64, 3 stages; every
+    # candidate in KNOWLEDGE/optimizations/prefill-gemm-tma-descriptors.md). SwiGLU (two accumulators):
+    # pointer loads 128x128x64, 4 stages, measured 0.98 of cuBLAS; dequantising formats 128x128 / 128x64.
     if fmt == "bf16" and not swiglu:
-        return TileConfig(128, 256, 64, 8, 3)
+        return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 sweep 2026-11-29 s3: TMA 0.86-0.95 of cuBLAS")
     if swiglu:
         return TileConfig(128, 128 if fmt == "bf16" else 64, 64, 8, 4 if fmt == "bf16" else 3)
     return TileConfig(128, 128, 64, 8, 3)
@@ -116,33 +117,66 @@ def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: 
 # ----------------------------------------------------------------------------- v2 GEMV (linear/gemv.py)
 @dataclass(frozen=True)
 class GemvConfig:
-    """Tile of one v2 GEMV launch (`linear.gemv`, int4 / fp8): two tiles of block_n rows x block_k
-    weights per step (gate and up rows for SwiGLU, else rows r and r + block_n). int4: block_k // G
-    groups per step (at least one); fp8: block_k // 16 chunks of 16 bytes. Registers per thread ~
+    """Tile of one v2 GEMV launch (`linear.gemv`, int4 / fp8 / bf16): two tiles of block_n rows x
+    block_k weights per step (gate and up rows for SwiGLU, else rows r and r + block_n). int4:
+    block_k // G groups per step (at least one); fp8: block_k // 16, bf16: block_k // 8 chunks of 16 bytes. Registers per thread ~
     2 buffers x 2 tiles x tile words / (32 num_warps) + accumulators.
     """
 
     block_n: int
     block_k: int
     num_warps: int
-    split_k: int = 1  # > 1: K split over that many programs + a finishing kernel (opt-in, unmeasured)
+    split_k: int = 1  # > 1: K split over that many programs (fp32 partials) + a finishing kernel
     source: str = "default heuristic"
 
 
-# (sm, fmt, swiglu, N, K) -> GemvConfig; empty until an H200 sweep of the v2 kernels promotes entries.
-GEMV_TUNED: dict[tuple[int, str, bool, int, int], GemvConfig] = {}
+# (sm, fmt, swiglu, N, K) -> GemvConfig at the engine's five fused 27B decode shapes: the fastest p50
+# of `bench/kernels.py --sections gemv-ab,sweep-gemv-v2` on the H200 (triton 3.6.0, torch 2.11.0+cu130,
+# 2026-11-29 session 3, 10 graph replays, weights rotated past L2; every candidate's time is in
+# KNOWLEDGE/optimizations/gemv-v2-tuned-split-k.md). Split-K wins where N = 5120 leaves too few programs.
+_GSWEEP = "H200 v2 sweep 2026-11-29 s3"
+GEMV_TUNED: dict[tuple[int, str, bool, int, int], GemvConfig] = {
+    (90, "int4", True, 17408, 5120): GemvConfig(8, 1024, 4, source=f"{_GSWEEP}: 44.7 us (default 48.0, v1 69.4)"),
+    (90, "int4", False, 5120, 17408): GemvConfig(16, 512, 4, split_k=4,
+                                                 source=f"{_GSWEEP}: 25.0 us (default 36.7, v1 48.6)"),
+    (90, "int4", False, 16384, 5120): GemvConfig(16, 512, 4, source=f"{_GSWEEP}: 23.9 us (v1 33.4)"),
+    (90, "int4", False, 14336, 5120): GemvConfig(16, 512, 4, split_k=2,
+                                                 source=f"{_GSWEEP}: 22.8 us (default 23.5, v1 32.0)"),
+    (90, "int4", False, 5120, 6144): GemvConfig(8, 1024, 4, source=f"{_GSWEEP}: 12.2 us (default 14.6, v1 18.8)"),
+    (90, "fp8", True, 17408, 5120): GemvConfig(16, 256, 4, split_k=2,
+                                               source=f"{_GSWEEP}: 48.4 us (default 53.6, v1 55.0)"),
+    (90, "fp8", False, 5120, 17408): GemvConfig(16, 256, 4, split_k=4,
+                                                source=f"{_GSWEEP}: 25.9 us (default 50.4, v1 34.0)"),
+    (90, "fp8", False, 16384, 5120): GemvConfig(16, 256, 4, source=f"{_GSWEEP}: 24.0 us (default 25.3, v1 29.2)"),
+    (90, "fp8", False, 14336, 5120): GemvConfig(16, 256, 4, split_k=2,
+                                                source=f"{_GSWEEP}: 21.4 us (default 24.0, v1 27.3)"),
+    (90, "fp8", False, 5120, 6144): GemvConfig(16, 256, 4, split_k=4,
+                                               source=f"{_GSWEEP}: 11.8 us (default 19.3, v1 13.9)"),
+    # bf16 v2, same bench a second call later (v1 beside it in that run)
+    (90, "bf16", True, 17408, 5120): GemvConfig(16, 256, 4, source=f"{_GSWEEP}: 84.0 us, 0.99 of copy (v1 90.1)"),
+    (90, "bf16", False, 5120, 17408): GemvConfig(8, 256, 4, split_k=2, source=f"{_GSWEEP}: 44.6 us, 0.93 (v1 50.3)"),
+    (90, "bf16", False, 16384, 5120): GemvConfig(32, 256, 4, source=f"{_GSWEEP}: 40.7 us, 0.96 (v1 44.7)"),
+    (90, "bf16", False, 14336, 5120): GemvConfig(32, 256, 4, source=f"{_GSWEEP}: 36.5 us, 0.94 (v1 46.2)"),
+    (90, "bf16", False, 5120, 6144): GemvConfig(16, 512, 4, source=f"{_GSWEEP}: 18.1 us, 0.81 (v1 19.9)"),
+}
 
 # Large tiles for the CPU interpreter (its cost is per program and per tile op: 32 x 1024 runs a
 # 512 x 1024 int4 GEMV in 0.33 s vs 1.8 s for v1's interpreter tiles). Multi-step loops, partial
 # steps and split-K are covered by tests that pass small configs explicitly.
 GEMV_INTERPRETER: dict[str, GemvConfig] = {"int4": GemvConfig(32, 1024, 4, source="interpreter"),
-                                           "fp8": GemvConfig(32, 1024, 4, source="interpreter")}
+                                           "fp8": GemvConfig(32, 1024, 4, source="interpreter"),
+                                           "bf16": GemvConfig(32, 512, 4, source="interpreter")}
 
 
 def _gemv_default(fmt: str, swiglu: bool, n: int, k: int, group: int) -> GemvConfig:
-    # Offline SASS of the 27B shapes (`bench/kernels.py --offline-sass`; KNOWLEDGE/optimizations/
-    # gemv-v2-int4-fp8-offline-sass.md). None of these is measured on the GPU yet: the
-    # sweep-gemv-v2 bench section times alternatives (incl. split-K) for GEMV_TUNED.
+    # Chosen from offline SASS (KNOWLEDGE/optimizations/gemv-v2-int4-fp8-offline-sass.md), measured
+    # on the H200 as the "v2 default" rows of optimizations/gemv-v2-tuned-split-k.md; the 27B shapes
+    # use their GEMV_TUNED entries instead.
+    if fmt == "bf16":
+        # 16 chunks of 4 words (256 weights, 512 bytes) per row and step, 16 rows per tile: the fp8
+        # tile's bytes per step. On the H200 0.70-0.99 of copy bandwidth at the 27B shapes, whose
+        # GEMV_TUNED entries reach 0.81-0.99 (v1: 0.73-0.92).
+        return GemvConfig(16, 256, 4)
     if fmt == "fp8":
         # 4 warps, 16 chunks of 4 words (256 weights) per row and step: threads [16 chunks, 2 rows,
         # 1] x 16 bytes; 32 rows per tile = 4 rows per thread per tile: 3.17-3.19 loop instructions

@@ -24,7 +24,9 @@ int4 (`_gemv_int4_kernel`), 4.6 loop instructions per weight:
   word two more FFMAs (xw is per column: computed once per step, shared by all rows of a thread).
   The 1 + q/128 form keeps the cancellation mild: xw and sum q x / 128 are of similar size, so fp32
   keeps ~19 of its 24 bits for the q.x part (1024 + q in fp16 or 2^23 + q in fp32 would lose 10-23).
-bf16 stays on v1 (2 bytes per weight: not ALU bound). Evidence and dead ends:
+bf16 (`_gemv_bf16_kernel`): the same tiles, words of 2 bf16 (shift / mask to fp32); not ALU bound at
+2 bytes per weight, it only adds bytes in flight over v1 (0.81-0.99 of copy bandwidth tuned, v1
+0.73-0.92). Evidence and dead ends:
 KNOWLEDGE/optimizations/gemv-v2-int4-fp8-offline-sass.md; inline asm: KNOWLEDGE/asm-inventory.md.
 
 Precision: fp32 products and sums from the exact weights (int4: exact q, scale and min with the
@@ -46,12 +48,14 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 
-__all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "usable", "launch_gemv"]
+__all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "usable", "launch_gemv"]  # kernels: _gemv_*_kernel
 
-# Formats the v2 GEMV serves (bf16 M == 1 stays on v1: not ALU bound). Default int4 only: on the
-# H200 v2 won every int4 shape but lost fp8 on the N = 5120 shapes with its default tiles
-# (KNOWLEDGE/optimizations/gemv-v2-int4-fp8-offline-sass.md); MODELD_GEMV_V2=int4,fp8 opts fp8 in.
-V2_FORMATS = tuple(f for f in os.environ.get("MODELD_GEMV_V2", "int4").split(",") if f in ("int4", "fp8"))
+# Formats the v2 GEMV serves: all three. With the entries of configs.GEMV_TUNED, v2 beat v1 at all
+# five 27B decode shapes for every format on the H200 (KNOWLEDGE/optimizations/gemv-v2-tuned-split-k.md;
+# bf16 0.81-0.99 of copy bandwidth against v1's 0.73-0.92); with its default tiles fp8 v2 lost at
+# N = 5120. MODELD_GEMV_V2=int4 (say) narrows it for a whole process.
+V2_FORMATS = tuple(f for f in os.environ.get("MODELD_GEMV_V2", "int4,fp8,bf16").split(",")
+                   if f in ("int4", "fp8", "bf16"))
 # Smallest weight (rows x K elements) v2 serves. SmolLM2's decode (K = 576 / 1536, at most 1.8 M
 # weights per linear) ran 25 % slower on v2 than on v1 in one H200 run (launch- and latency-bound:
 # v2's deeper per-program setup does not pay off); every 27B linear (>= 26 M) ran 1.2-1.6x faster.
@@ -292,10 +296,59 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w
     _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
 
 
+@triton.jit
+def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_offset,
+                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
+                      SPLIT: tl.constexpr):
+    # bf16 weights read as int32 words of 2 weights, [KS, BN, WK] tiles like the fp8 kernel (threads
+    # along K, two row tiles sharing x, register double buffer, one reduction at the end). A bf16 in
+    # the high half of a word is already an fp32 bit pattern (mask), the low half moves up (shift):
+    # 2 ALU + 2 FFMA per 2 weights — far below the issue limit at 2 bytes per weight, so this kernel
+    # is about bytes in flight (v1 keeps one tile per program and reduces through shared memory).
+    # x word j holds x[2j], x[2j+1], matching weight word j. Split-K as in the fp8 kernel.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    k_lo = pid_k * WPS
+    k_hi = tl.minimum(KW, k_lo + WPS)
+    if SWIGLU:
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    else:
+        rows = pid * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)
+        up_offset = BLOCK_N
+    rows3 = rows[None, :, None]
+    gmask_r = rows3 < N
+    umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N
+    cs = tl.arange(0, KS)[:, None, None] * WK + tl.arange(0, WK)[None, None, :]  # [KS, 1, WK] word index
+    acc_g = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    acc_u = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    c0 = k_lo + cs
+    kmask = c0 < k_hi
+    xw = tl.load(x_ptr + c0, mask=kmask, other=0)
+    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0)
+    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0)
+    for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
+        cn = k0 + cs
+        nmask = cn < k_hi
+        xw_n = tl.load(x_ptr + cn, mask=nmask, other=0)
+        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0)
+        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0)
+        x0 = (xw << 16).to(tl.float32, bitcast=True)
+        x1 = (xw & -65536).to(tl.float32, bitcast=True)
+        acc_g = tl.fma((wg << 16).to(tl.float32, bitcast=True), x0,
+                       tl.fma((wg & -65536).to(tl.float32, bitcast=True), x1, acc_g))
+        acc_u = tl.fma((wu << 16).to(tl.float32, bitcast=True), x0,
+                       tl.fma((wu & -65536).to(tl.float32, bitcast=True), x1, acc_u))
+        xw, wg, wu = xw_n, wg_n, wu_n
+    g = tl.sum(tl.sum(acc_g, axis=2), axis=0)
+    u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
+    _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
+
+
 def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
-    """Can the v2 GEMV serve this M == 1 call? Both kernels read x and W as int32 words: int4 needs
-    K % 8 == 0 and G % 8 == 0, fp8 K % 4 == 0, both 4-byte aligned x and weight rows; the weight must
-    hold at least V2_MIN_WEIGHTS elements (smaller ones are faster on v1). bf16: never."""
+    """Can the v2 GEMV serve this M == 1 call? The kernels read x and W as int32 words: int4 needs
+    K % 8 == 0 and G % 8 == 0, fp8 K % 4 == 0, bf16 K % 2 == 0, all 4-byte aligned x and weight rows;
+    the weight must hold at least V2_MIN_WEIGHTS elements (smaller ones are faster on v1), and the
+    format must be in V2_FORMATS."""
     if x.shape[0] != 1 or fmt not in V2_FORMATS:
         return False
     k = x.shape[1]
@@ -304,12 +357,14 @@ def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
     aligned = x.data_ptr() % 4 == 0 and w.data_ptr() % 4 == 0 and (w.stride(0) * w.element_size()) % 4 == 0
     if fmt == "int4":
         return aligned and k % 8 == 0 and group % 8 == 0
+    if fmt == "bf16":
+        return aligned and k % 2 == 0
     return aligned and k % 4 == 0
 
 
 def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvConfig, kernel=None,
                 finish=None) -> torch.Tensor:
-    """y [1, N] <- x [1, K] . W^T (SwiGLU over the 2N rows of w); int4 or fp8. Mutates y only.
+    """y [1, N] <- x [1, K] . W^T (SwiGLU over the 2N rows of w); int4, fp8 or bf16. Mutates y only.
 
     Inputs were checked by the public wrapper and `usable`. int4: cfg.block_k // G groups per step
     (at least one); fp8: cfg.block_k // 16 chunks of 4 words per row per step. cfg.split_k > 1
@@ -340,8 +395,17 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split,
             num_warps=cfg.num_warps, num_stages=1,
         )
+    elif fmt == "bf16":
+        ks = max(1, cfg.block_k // 8)
+        kw = k // 2
+        wps = triton.cdiv(triton.cdiv(kw, split), 4 * ks) * 4 * ks
+        (kernel or _gemv_bf16_kernel)[grid](
+            x.view(torch.int32), w.view(torch.int32), y, part, n, kw, wps, w.stride(0) // 2, n,
+            SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split,
+            num_warps=cfg.num_warps, num_stages=1,
+        )
     else:
-        raise KernelValueError(f"the v2 GEMV serves int4 and fp8 weights, got {fmt}")
+        raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")
     if split > 1:
         (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
                                                                   num_warps=4)

@@ -11,7 +11,9 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 * BLOCK_M >= 16: tl.dot tiles (mma.sync for the 16-row skinny decode tile, wgmma for the 128-row
   prefill tile on sm_90), cp.async-pipelined over num_stages.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
-host tensor descriptors; a tile config opts in with `tma=True` (unmeasured: no default uses it).
+host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
+since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
+inputs without 16-byte aligned bases and row strides fall back to the pointer-load kernel.
 Tile sizes come from `configs.pick` (data keyed by the exact shape), never from autotuning.
 Measured fractions of roofline: KNOWLEDGE/findings/kernels-linear-attention-h200.md; instruction
 evidence (HGMMA, LDGSTS, LDG.128, spills): KNOWLEDGE/findings/hopper-feasibility-triton-3.6.md.
@@ -28,6 +30,7 @@ so under TRITON_INTERPRET=1 the tiles are cast to fp32 before every dot (DOT_F32
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -36,8 +39,10 @@ import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
+from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
-from modeld.kernels.linear.gemv import _gemv_finish_kernel, _gemv_fp8_kernel, _gemv_int4_kernel  # launch
+from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
+                                        _gemv_int4_kernel)
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 from modeld.kernels.linear.configs import TileConfig, pick, pick_gemv
 
@@ -59,6 +64,16 @@ _FMT_NAMES = {FMT_BF16: "bf16", FMT_FP8: "fp8", FMT_INT4: "int4"}
 # A module-level switch so bench/kernels.py can time both in one run; MODELD_GEMV_VARIANT=v1 selects
 # the old kernel for a whole process.
 GEMV_VARIANT = os.environ.get("MODELD_GEMV_VARIANT", "v2")
+
+# int4 / fp8 calls with M >= DEQUANT_GEMM_MIN_M (and M > 16: GEMV and skinny paths never route) and
+# no explicit TileConfig dequantise the whole weight once into a bf16 scratch (linear/dequant.py) and
+# run the bf16 tile path on it, instead of dequantising inside every tile: at large M the GEMM is
+# compute bound and the in-tile dequantisation cost 0.54 (int4) / 0.68 (fp8) of cuBLAS bf16. 0 (or
+# less) disables the route. Read at call time (tests and benches assign it); env override
+# MODELD_DEQUANT_GEMM_MIN_M. 1024 is a placeholder until bench/kernels_prefill_quant.py measures the
+# crossover (KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md). Never taken while the
+# stream captures a CUDA graph (the scratch may not be allocated there).
+DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "1024"))
 
 
 @triton.jit
@@ -231,7 +246,7 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     if fmt == FMT_INT4 or cfg.block_m < 16:
         raise KernelValueError("tile config tma=True is for bf16/fp8 weights with block_m >= 16")
     for name, t in (("x", x), ("weight", w)):
-        if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+        if not _tma_aligned(t):
             raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
@@ -259,6 +274,11 @@ def _check_common(x: torch.Tensor, out_dtype: torch.dtype) -> None:
         raise KernelShapeError("x has K = 0 input features")
 
 
+def _tma_aligned(*tensors: torch.Tensor) -> bool:
+    """TMA descriptors need 16-byte aligned base addresses and row strides (see `_launch_tma`)."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
+
+
 def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group: int = 0,
             config: TileConfig | None = None) -> torch.Tensor:
     """Allocate y, pick the tile config, launch. Inputs were checked by the public wrapper."""
@@ -268,15 +288,33 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     if swiglu and n_rows % 2:
         raise KernelShapeError(f"a gate/up weight must have an even number of rows (2F), got {n_rows}")
     n = n_rows // 2 if swiglu else n_rows
+    if (config is None and fmt != FMT_BF16 and m > 16 and 0 < DEQUANT_GEMM_MIN_M <= m and n > 0
+            and _dequant.route_available(device)):
+        # Dequantise once into this stream's bf16 scratch [n_rows, K], then the bf16 tile path with
+        # bf16 tiles: int4 -> FORMAT 0 on bf16(q*s+m) (the same bf16 tile the in-tile path feeds its
+        # dot); fp8 -> FORMAT 1 on the raw e4m3 values as bf16 (scale still in the epilogue). The
+        # scratch lock is held until both kernels are queued on the stream.
+        with _dequant.scratch(device, n_rows, k) as wb:
+            if fmt == FMT_INT4:
+                _dequant._launch_int4(w, ws, wm, wb)
+            else:
+                _dequant._launch_fp8(w, wb)
+            cfg = pick(_sm(device), "bf16", swiglu, m, n, k, interpreting())
+            if cfg.tma and not _tma_aligned(x, wb):
+                cfg = dataclasses.replace(cfg, tma=False)
+            return _launch(x, wb, ws if fmt == FMT_FP8 else None, None, FMT_FP8 if fmt == FMT_FP8 else FMT_BF16,
+                           swiglu, out_dtype, 0, cfg)
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
     if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(_FMT_NAMES[fmt], x, w, group):
         gcfg = pick_gemv(_sm(device), _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
-        kernel = _gemv_int4_kernel if fmt == FMT_INT4 else _gemv_fp8_kernel
+        kernel = {FMT_INT4: _gemv_int4_kernel, FMT_FP8: _gemv_fp8_kernel, FMT_BF16: _gemv_bf16_kernel}[fmt]
         return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
                                  finish=_gemv_finish_kernel)
     cfg = config or pick(_sm(device), _FMT_NAMES[fmt], swiglu, m, n, k, interpreting())
+    if cfg.tma and config is None and not _tma_aligned(x, w):
+        cfg = dataclasses.replace(cfg, tma=False)  # a default TMA tile falls back to pointer loads
     if cfg.tma:
         return _launch_tma(x, w, ws, y, fmt, swiglu, n, cfg)
     ng = 1
