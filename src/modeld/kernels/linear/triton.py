@@ -70,10 +70,11 @@ GEMV_VARIANT = os.environ.get("MODELD_GEMV_VARIANT", "v2")
 # run the bf16 tile path on it, instead of dequantising inside every tile: at large M the GEMM is
 # compute bound and the in-tile dequantisation cost 0.54 (int4) / 0.68 (fp8) of cuBLAS bf16. 0 (or
 # less) disables the route. Read at call time (tests and benches assign it); env override
-# MODELD_DEQUANT_GEMM_MIN_M. 1024 is a placeholder until bench/kernels_prefill_quant.py measures the
-# crossover (KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md). Never taken while the
+# MODELD_DEQUANT_GEMM_MIN_M. 512: on the H200 the route was bit-identical and 1.2-2.1x faster from
+# M = 512 for both formats (int4 from 256; fp8 lost 3-4 % at 256), 0.86-1.07 of cuBLAS bf16 at
+# M = 8192 (KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md). Never taken while the
 # stream captures a CUDA graph (the scratch may not be allocated there).
-DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "1024"))
+DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "512"))
 
 
 @triton.jit
