@@ -8,7 +8,8 @@ Runs what a user runs, as subprocesses of the installed code (`python3 -m modeld
    the session API (create → ensure_prefix → streamed decode → snapshot → decode; a second
    session restores the snapshot and must decode the same tokens); a malformed request (must get
    a JSON error, the server must keep serving); /metrics (our counters present);
-4. stops the server (SIGINT, then SIGTERM) and records its exit and stderr tail.
+4. stops the server (SIGINT, then SIGTERM) and records its exit and stderr tail; the server's
+   resident memory (VmRSS, peak VmHWM) is read from /proc after load and before the stop.
 
 Every step is timed (client side) and checked; the result is one JSON file. Exit 0 when every
 check passed, 1 otherwise (the JSON says which). Needs httpx plus the server's own dependencies
@@ -72,6 +73,17 @@ class Checks:
 def modeld(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "modeld", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def proc_memory(pid: int) -> dict:
+    """Resident memory of the server process from /proc (Linux): VmRSS now and VmHWM (its peak), in
+    MiB — the artifact is unmapped after load, so RSS should not hold the weights' file pages."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS", "VmHWM")))
+        return {k: round(int(v.split()[0]) / 1024, 1) for k, v in fields.items()}  # kB -> MiB
+    except (OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def main(argv=None) -> int:
@@ -139,6 +151,7 @@ def main(argv=None) -> int:
             return False, "timed out waiting for /healthz"
 
         up = checks.run("server starts and loads the model", healthy)
+        result["server_memory_after_load"] = proc_memory(server.pid)
         save()
         if not checks.ok or not isinstance(up, dict):
             return 1
@@ -228,6 +241,7 @@ def main(argv=None) -> int:
         checks.run("GET /metrics has modeld_ counters", metrics)
     finally:
         client.close()
+        result["server_memory_at_end"] = proc_memory(server.pid)
         os.killpg(server.pid, signal.SIGINT)
         try:
             server.wait(30)

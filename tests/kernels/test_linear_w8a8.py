@@ -118,6 +118,26 @@ def test_matches_reference(m, n, k, swiglu, out_dtype, gen, device, poisoned_out
         assert got[1].abs().sum().item() == 0.0
 
 
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+def test_opt_in_routing_from_linear_fp8(swiglu, gen, device, poisoned_outputs, monkeypatch):
+    """MODELD_FP8_PREFILL=w8a8 (linear.triton.FP8_PREFILL) sends fp8 calls with M >= W8A8_MIN_M to
+    the w8a8 GEMM; smaller M keeps the bf16-activation path; an unknown value raises."""
+    n, k = 24, 96
+    ws = _weights(2 * n if swiglu else n, k, gen, device)
+    name = FUNCS[swiglu]
+    w8a16 = getattr(tt, name.replace("_w8a8", ""))
+    monkeypatch.setattr(tt, "W8A8_MIN_M", 20)
+    monkeypatch.setattr(tt, "FP8_PREFILL", "w8a8")
+    x = _x(21, k, gen, device)
+    assert_close(w8a16(x, *ws), getattr(wref, name)(x, *ws), what="routed to w8a8")
+    small = _x(19, k, gen, device)
+    from modeld.kernels.linear import reference as lref
+    assert_close(w8a16(small, *ws), getattr(lref, name.replace("_w8a8", ""))(small, *ws), what="M < W8A8_MIN_M")
+    monkeypatch.setattr(tt, "FP8_PREFILL", "w4a4")
+    with pytest.raises(KernelValueError, match="MODELD_FP8_PREFILL"):
+        w8a16(x, *ws)
+
+
 @pytest.mark.parametrize("cfg", [w8a8.W8A8Config(16, 16, 64, 4, 1, group_m=2), w8a8.W8A8Config(32, 16, 32, 4, 2),
                                  w8a8.W8A8Config(16, 32, 64, 4, 1, group_m=2, tma=True)],
                          ids=["16x16x64-g2", "32x16x32-g8", "tma-16x32x64-g2"])

@@ -41,6 +41,7 @@ from modeld.kernels._checks import check_same_device, check_tensor, interpreting
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
+from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
@@ -75,6 +76,15 @@ GEMV_VARIANT = os.environ.get("MODELD_GEMV_VARIANT", "v2")
 # M = 8192 (KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md). Never taken while the
 # stream captures a CUDA graph (the scratch may not be allocated there).
 DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "512"))
+
+# fp8-weight GEMMs with M >= W8A8_MIN_M: "w8a16" (default) keeps bf16 activations (the dequant route
+# above, results as the spec `linear.reference.linear_fp8`); "w8a8" quantises the activations per
+# token to e4m3 and runs fp8 tensor cores (linear/w8a8.py: 1.6-2.0x cuBLAS bf16 on the H200, but a
+# 2.7-3.8 % relative output change per GEMM, so it is opt-in until a long-prompt certification
+# accepts it: KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md). Env MODELD_FP8_PREFILL; read at
+# call time. Any other value raises KernelValueError at the first fp8 prefill.
+FP8_PREFILL = os.environ.get("MODELD_FP8_PREFILL", "w8a16")
+W8A8_MIN_M = 512
 
 
 @triton.jit
@@ -289,6 +299,11 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     if swiglu and n_rows % 2:
         raise KernelShapeError(f"a gate/up weight must have an even number of rows (2F), got {n_rows}")
     n = n_rows // 2 if swiglu else n_rows
+    if config is None and fmt == FMT_FP8 and m >= max(W8A8_MIN_M, 17) and FP8_PREFILL != "w8a16":
+        if FP8_PREFILL != "w8a8":
+            raise KernelValueError(f"MODELD_FP8_PREFILL={FP8_PREFILL!r}: expected w8a16 or w8a8")
+        fn = _w8a8.swiglu_linear_fp8_w8a8 if swiglu else _w8a8.linear_fp8_w8a8
+        return fn(x, w, ws, out_dtype)
     if (config is None and fmt != FMT_BF16 and m > 16 and 0 < DEQUANT_GEMM_MIN_M <= m and n > 0
             and _dequant.route_available(device)):
         # Dequantise once into this stream's bf16 scratch [n_rows, K], then the bf16 tile path with
