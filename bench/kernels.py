@@ -34,7 +34,7 @@ ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
-DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2")
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -454,7 +454,24 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
         configs._gemv_default = saved
 
 
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+def sweep_gemv_ba(reps, gen):
+    """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
+    24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
+    serves it only through a GEMV_TUNED entry)."""
+    from modeld.kernels.linear import configs
+    saved = configs._gemv_default
+    try:
+        for bn, bk, nw, split in ((16, 256, 4, 1), (8, 256, 4, 8), (8, 256, 4, 16), (16, 256, 4, 16), (8, 128, 4, 32)):
+            cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+            configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+            bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
+                         variant="v2", baseline=False)
+    finally:
+        configs._gemv_default = saved
+    bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, variant="v1", baseline=True)
+
+
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
             "sweep-attention", "sweep-gemm")
 
 
@@ -494,6 +511,8 @@ def dry_run(args) -> int:
             for fmt in ("bf16", "fp8", "int4g128"):
                 bench_linear(1, fmt, label, n, k, sw, 2, gen)
     gemv_ab(2, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
+    if "sweep-gemv-ba" in sections:
+        sweep_gemv_ba(2, gen)
     errors = [r for r in ROWS if "error" in r]
     print(f"dry run: {len(ROWS)} rows, {len(errors)} errors -> {os.path.join(OUT, 'kernels.json')}")
     return 1 if errors or not ROWS else 0
@@ -548,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_linear(1, "int4g32", *LINEAR_SHAPES[0], reps, gen)
     if "gemv-ab" in sections or "sweep-gemv-v2" in sections:
         gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
+    if "sweep-gemv-ba" in sections:
+        sweep_gemv_ba(reps, gen)
     if "skinny" in sections:
         for label, n, k, sw in LINEAR_SHAPES[:2]:
             for fmt in ("bf16", "fp8", "int4g128"):

@@ -255,6 +255,20 @@ def test_small_weights_stay_on_v1(gen, device, monkeypatch):
     assert calls == []
 
 
+def test_tuned_small_shape_takes_v2(gen, device, poisoned_outputs, monkeypatch):
+    """A weight under V2_MIN_WEIGHTS stays on v1 unless its exact shape has a GEMV_TUNED entry (the
+    27B's gdn.ba, 96 x 5120): then v2 serves it."""
+    calls = []
+    real = gv.launch_gemv
+    monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    _check(1, 24, 64, "bf16", False, gen, device)
+    assert calls == []
+    monkeypatch.setitem(configs.GEMV_TUNED, (tt._sm(torch.device(device)), "bf16", False, 24, 64),
+                        configs.GemvConfig(8, 32, 4, split_k=2))
+    _check(1, 24, 64, "bf16", False, gen, device)
+    assert calls == ["bf16"]
+
+
 def test_gemv_v1_still_selectable(gen, device, poisoned_outputs, gemv_calls, monkeypatch):
     _check(1, 37, 99, "bf16", False, gen, device)  # K % 2 != 0: v1
     _check(1, 37, 98, "fp8", False, gen, device)  # K % 4 != 0: v1

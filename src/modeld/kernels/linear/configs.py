@@ -158,6 +158,9 @@ GEMV_TUNED: dict[tuple[int, str, bool, int, int], GemvConfig] = {
     (90, "bf16", False, 16384, 5120): GemvConfig(32, 256, 4, source=f"{_GSWEEP}: 40.7 us, 0.96 (v1 44.7)"),
     (90, "bf16", False, 14336, 5120): GemvConfig(32, 256, 4, source=f"{_GSWEEP}: 36.5 us, 0.94 (v1 46.2)"),
     (90, "bf16", False, 5120, 6144): GemvConfig(16, 512, 4, source=f"{_GSWEEP}: 18.1 us, 0.81 (v1 19.9)"),
+    # gdn.ba (48 + 48 gate rows, bf16 in every profile; below gemv.V2_MIN_WEIGHTS, so v2 serves it only
+    # through this entry): v1's 24 programs leave the GPU idle; split-K 8 -> 48 programs + finish
+    (90, "bf16", False, 96, 5120): GemvConfig(8, 256, 4, split_k=8, source=f"{_GSWEEP}: 4.4 us (v1 7.0)"),
 }
 
 # Large tiles for the CPU interpreter (its cost is per program and per tile op: 32 x 1024 runs a

@@ -344,15 +344,15 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_of
     _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
 
 
-def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
+def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int, tuned: bool = False) -> bool:
     """Can the v2 GEMV serve this M == 1 call? The kernels read x and W as int32 words: int4 needs
     K % 8 == 0 and G % 8 == 0, fp8 K % 4 == 0, bf16 K % 2 == 0, all 4-byte aligned x and weight rows;
-    the weight must hold at least V2_MIN_WEIGHTS elements (smaller ones are faster on v1), and the
-    format must be in V2_FORMATS."""
+    the weight must hold at least V2_MIN_WEIGHTS elements (smaller ones are faster on v1) unless the
+    shape has a tuned v2 entry (`tuned`: configs.GEMV_TUNED), and the format must be in V2_FORMATS."""
     if x.shape[0] != 1 or fmt not in V2_FORMATS:
         return False
     k = x.shape[1]
-    if w.shape[0] * k < V2_MIN_WEIGHTS:
+    if w.shape[0] * k < V2_MIN_WEIGHTS and not tuned:
         return False
     aligned = x.data_ptr() % 4 == 0 and w.data_ptr() % 4 == 0 and (w.stride(0) * w.element_size()) % 4 == 0
     if fmt == "int4":

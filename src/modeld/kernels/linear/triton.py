@@ -45,7 +45,7 @@ from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
-from modeld.kernels.linear.configs import TileConfig, pick, pick_gemv
+from modeld.kernels.linear.configs import GEMV_TUNED, TileConfig, pick, pick_gemv
 
 __all__ = [
     "linear",
@@ -323,7 +323,8 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
-    if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(_FMT_NAMES[fmt], x, w, group):
+    if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(
+            _FMT_NAMES[fmt], x, w, group, tuned=(_sm(device), _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
         gcfg = pick_gemv(_sm(device), _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
         kernel = {FMT_INT4: _gemv_int4_kernel, FMT_FP8: _gemv_fp8_kernel, FMT_BF16: _gemv_bf16_kernel}[fmt]
         return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
