@@ -49,8 +49,9 @@ from modeld.kernels.errors import KernelDeviceError, KernelShapeError
 __all__ = ["int4_to_bf16", "fp8_to_bf16", "scratch", "route_available", "scratch_nbytes",
            "INT4_BYTES_PER_PROGRAM", "FP8_ELEMS_PER_PROGRAM", "NUM_WARPS"]
 
-# Tile sizes, not measured yet (bench/kernels_prefill_quant.py times them, plus a sweep, against the
-# copy ceiling). Offline sm_90 SASS: int4 8 KB packed -> 32 KB bf16 per program at 8 warps = per
+# Tile sizes: on the H200 int4 -> bf16 ran at 0.87-0.91 and fp8 -> bf16 at 0.92-0.94 of the copy
+# ceiling at 27B shapes; the bench's sweep (4-32 KB per program, 4/8 warps) found nothing faster
+# (bench/kernels_prefill_quant.py, KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md). Offline sm_90 SASS: int4 8 KB packed -> 32 KB bf16 per program at 8 warps = per
 # thread 8 x 32-bit loads, 8 x STG.128, 62 registers; fp8 8192 elements = 4 x LDG.64 + 4 x STG.128;
 # neither touches shared memory (KNOWLEDGE/optimizations/int4-fp8-prefill-dequant-to-bf16.md).
 INT4_BYTES_PER_PROGRAM = 8192

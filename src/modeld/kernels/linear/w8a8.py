@@ -20,7 +20,10 @@ values are the same e4m3 values, so the CPU tests check the math), and the fp32 
 done by `_e4m3_rne` in integer arithmetic, because the interpreter's own fp8 cast truncates
 (1.0625 -> 1.125, 464 -> NaN, 1e-3 -> 0). On the GPU the cast is the hardware
 `cvt.rn.satfinite.e4m3x2.f32` (RNE, saturating), which matches torch after the explicit clamp.
-Not wired into any engine: `linear.triton` stays the default path until the lead routes it.
+Routing: `linear.triton` sends fp8 GEMMs with M >= W8A8_MIN_M here only when FP8_PREFILL is "w8a8"
+(env MODELD_FP8_PREFILL). Measured on the H200: 1.6-2.0x cuBLAS bf16 with the default tiles (the
+sweep was not run yet), 27B 8k TTFT 938 -> 584 ms in an fp8 engine, but the logits move past the
+fp8 cell's rung-6 limit, so it is not certified (KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md).
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ CONFIGS: dict[tuple[bool, str], W8A8Config] = {
     (False, "small"): W8A8Config(64, 128, 128, 4, 4),
     (True, "small"): W8A8Config(64, 64, 128, 4, 4),
 }
-# Candidates the bench times at M = 4096 (rows tagged [sweep]); the winner goes into CONFIGS.
+# Candidates the bench times at M = 4096 (rows tagged [sweep], not run on the H200 yet); the winner
+# goes into CONFIGS.
 SWEEP: dict[bool, tuple[W8A8Config, ...]] = {
     False: (W8A8Config(128, 256, 128, 8, 3), W8A8Config(128, 256, 128, 8, 4), W8A8Config(128, 128, 128, 8, 4),
             W8A8Config(256, 128, 128, 8, 3), W8A8Config(128, 128, 128, 8, 4, promote_k=128),
