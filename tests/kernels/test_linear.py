@@ -387,6 +387,18 @@ def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, gen, device, poisoned_out
 
 
 @pytest.mark.gpu
+def test_gpu_gdn_ba_takes_tuned_v2(gen, device, poisoned_outputs, monkeypatch):
+    """The 27B's gdn.ba (96 x 5120 bf16, under V2_MIN_WEIGHTS) runs v2 split-K through its GEMV_TUNED
+    entry, with the default routing policy, and matches the spec."""
+    assert (90, "bf16", False, 96, 5120) in configs.GEMV_TUNED
+    calls = []
+    real = gv.launch_gemv
+    monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[-1].split_k) or real(*a, **k))
+    _check(1, 96, 5120, "bf16", False, gen, device)
+    assert calls == [configs.GEMV_TUNED[(90, "bf16", False, 96, 5120)].split_k]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["int4g128", "fp8", "bf16"])
 def test_gpu_gemv_v2_random_shapes(fmt, gen, device, poisoned_outputs, gemv_calls):
     for _ in range(10):
