@@ -28,6 +28,9 @@ class TensorSource(Protocol):
     def tensor(self, name: str) -> torch.Tensor:
         """A CPU tensor over the artifact bytes (read-only by contract). Raises MissingTensorError."""
 
+    # Optional: `release(name) -> int` drops the resident pages of a tensor the caller has copied
+    # and will not read soon (loaders call it when present; a later `tensor(name)` still works).
+
 
 class SafetensorsDirSource:
     """All `*.safetensors` files of a directory, opened with safetensors' mmap reader.
@@ -110,6 +113,12 @@ class MspecSource:
         if name not in self._tensors:
             raise MissingTensorError(f"{self.path.name} has no tensor {name!r}")
         return self.file.tensor(name)
+
+    def release(self, name: str) -> int:
+        """Drop the resident pages of `name` (see `MspecFile.release`); returns the bytes advised."""
+        if name not in self._tensors:
+            raise MissingTensorError(f"{self.path.name} has no tensor {name!r}")
+        return self.file.release(name)
 
     def close(self) -> None:
         self.file.close()

@@ -193,6 +193,7 @@ class LlamaWeights:
     def load(self, progress=None) -> LoadReport:
         """Copy every buffer from the artifact (mutates the arena only); `progress(name)` per buffer."""
         casts, consumed = [], 0
+        release = getattr(self._src, "release", None)  # drop each artifact tensor's pages once copied
         for buf, parts, _ in self._plan:
             dst, row = self.arena[buf], 0
             for name, rows in parts:
@@ -200,6 +201,9 @@ class LlamaWeights:
                 if src.dtype != dst.dtype:
                     casts.append(buf)
                 dst[row : row + rows].copy_(src.to(dst.dtype))
+                del src
+                if release is not None:
+                    release(name)
                 row += rows
                 consumed += 1
             if progress is not None:

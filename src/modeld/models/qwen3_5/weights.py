@@ -118,15 +118,20 @@ class Qwen35Weights:
         prefix, skipped = self._plan(source)
         casts = []
         consumed = 0
+        release = getattr(source, "release", None)  # drop each artifact tensor's pages once copied
         for m in self.maps:
             dst = self.arena[m.slot]
             row = 0
             for part in m.parts:
-                src = source.tensor(resolve_name(part, prefix))
+                name = resolve_name(part, prefix)
+                src = source.tensor(name)
                 rows = part.shape[0]
                 if src.dtype != m.dtype:
                     casts.append(m.slot)
                 dst[row : row + rows].copy_(src.reshape(rows, *m.shape[1:]).to(m.dtype))
+                del src
+                if release is not None:  # copy_ from pageable host memory has read src when it returns
+                    release(name)
                 row += rows
                 consumed += 1
             if progress is not None:
