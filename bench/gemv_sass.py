@@ -58,7 +58,8 @@ def offline_sass(out: str) -> int:
             for variant in ("v1", "v2"):
                 with gemv_variant(variant):
                     feas._offline_patches([lin])
-                    (jit, grid, a, kw), = feas._record([lin], lambda: fn(x, *w))
+                    # [0]: the GEMV itself ([1] is the finishing kernel of a split-K GEMV_TUNED entry)
+                    jit, grid, a, kw = feas._record([lin], lambda: fn(x, *w))[0]
                 kernel, regs, spill = feas._compile_offline(jit, a, kw)
                 body = _loop_body(kernel.asm["sass"])
                 if jit.__name__ == "_matmul_kernel":

@@ -1,0 +1,114 @@
+"""Tile sweeps and A/B sections of bench/kernels.py (split out to keep that file readable).
+
+Every function here times cases through `bench.kernels.bench_linear` / `bench_attention_*`, so the
+rows land in the same table and JSON; `bench/kernels.py --sections ...` calls them. Winners go into
+the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) with their provenance.
+"""
+
+from __future__ import annotations
+
+import bench.kernels as K
+
+
+def sweep_gemv(reps, gen):
+    """M = 1 tile candidates (no baselines), incl. the 16-row tl.dot path (cp.async pipelined),
+    which reached 4.03 TB/s at M = 8 in the 2026-11-29 run."""
+    from modeld.kernels.linear.configs import TileConfig as C
+    dot = [C(16, 32, 128, 4, 4), C(16, 64, 128, 4, 4), C(16, 32, 256, 4, 3)]
+    cands = {
+        "bf16": [C(1, 16, 1024, 4, 1, reduce_each_step=True), C(1, 8, 1024, 4, 1, reduce_each_step=True),
+                 C(1, 4, 512, 4, 1), C(1, 8, 512, 4, 1), C(1, 16, 256, 4, 1)] + dot,
+        "int4g128": [C(1, 16, 1024, 4, 1, reduce_each_step=True), C(1, 8, 512, 4, 1)] + dot,
+        "fp8": [C(1, 8, 2048, 4, 1, reduce_each_step=True), C(1, 16, 1024, 4, 1, reduce_each_step=True)] + dot,
+    }
+    for fmt in ("bf16", "int4g128", "fp8"):
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            for cfg in cands[fmt]:
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+
+
+def sweep_attention(reps, gen):
+    """Decode: tiles and split counts (num_splits patched); prefill Dh 256 tiles."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    default_decode, default_splits = acfg.DECODE[256], att.num_splits
+    for cfg in (acfg.AttentionConfig(16, 64, 8, 3), acfg.AttentionConfig(16, 32, 4, 3), acfg.AttentionConfig(16, 64, 4, 4)):
+        acfg.DECODE[256] = cfg
+        for splits in (32, 64, 128):
+            att.num_splits = lambda *a, _s=splits: _s
+            for length in (8191, 32767):
+                K.bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=f" [sweep splits={splits}]")
+    acfg.DECODE[256], att.num_splits = default_decode, default_splits
+    default_prefill = acfg.PREFILL[256]
+    for cfg in (acfg.AttentionConfig(128, 64, 8, 2), acfg.AttentionConfig(128, 32, 8, 3), acfg.AttentionConfig(128, 64, 8, 3)):
+        acfg.PREFILL[256] = cfg
+        K.bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]")
+    acfg.PREFILL[256] = default_prefill
+
+
+def sweep_gemm(reps, gen):
+    """bf16 prefill GEMM tiles at M = 8192 (the 8k TTFT) for every plain engine shape (the SwiGLU
+    gate+up already reaches 0.98 of cuBLAS), incl. the opt-in TMA-descriptor kernel, each beside
+    cuBLAS; then the in-tile fp8/int4 candidates for gate+up."""
+    from modeld.kernels.linear.configs import TileConfig as C
+    tma = dict(tma=True)
+    cands = (C(128, 256, 64, 8, 3), C(128, 256, 64, 8, 4), C(256, 128, 64, 8, 3), C(128, 128, 64, 8, 4),
+             C(128, 128, 64, 4, 4), C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma))
+    for label, n, k, sw in K.LINEAR_SHAPES[1:]:
+        K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)  # default tile + cuBLAS baseline
+        for cfg in cands:
+            K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    for fmt in ("fp8", "int4g128"):
+        for cfg in (C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)):
+            K.bench_linear(4096, fmt, *K.LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+
+
+def gemv_ab(reps, gen, sweep=False, ab=True):
+    """ab: old (v1, `_matmul_kernel` M == 1) vs new (v2, linear/gemv.py) int4 / fp8 GEMV at every
+    27B shape, interleaved per shape so both see the same clocks (cuBLAS bf16 beside v2).
+    sweep: v2 tile candidates per format (no baselines); the winner goes to configs.GEMV_TUNED."""
+    from modeld.kernels.linear import configs
+    for label, n, k, sw in K.LINEAR_SHAPES if ab else ():
+        for fmt in ("int4g128", "fp8", "bf16") + (("int4g32",) if sw else ()):
+            for variant in ("v1", "v2"):
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=variant, baseline=variant == "v2")
+    if not sweep:
+        return
+    # (block_n, block_k, num_warps, split_k); split-K candidates matter most for N = 5120 (down, o_proj)
+    # Kept small so gemv-ab + this sweep + the GPU tests fit one ~3-minute device call.
+    # The 2026-11-29 sweep's winners (gate+up int4 8x1024; down int4 16x512 split 4; fp8 16x256 split
+    # 2 / 32x256 split 4) are re-timed beside their neighbours at all five engine shapes.
+    cands = {"int4g128": ((16, 512, 4, 1), (8, 1024, 4, 1), (8, 512, 4, 1), (16, 512, 4, 2), (16, 512, 4, 4),
+                          (8, 1024, 4, 2), (8, 512, 4, 4)),
+             "fp8": ((16, 256, 4, 1), (32, 256, 4, 1), (16, 256, 4, 2), (32, 256, 4, 2), (16, 256, 4, 4),
+                     (32, 256, 4, 4), (8, 256, 4, 2)),
+             "bf16": ((16, 256, 4, 1), (32, 256, 4, 1), (16, 512, 4, 1), (16, 256, 4, 2), (16, 256, 4, 4),
+                      (8, 256, 4, 2), (32, 128, 4, 2))}
+    saved = configs._gemv_default
+    try:
+        for fmt, shapes in cands.items():
+            for bn, bk, nw, split in shapes:
+                cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+                configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+                for label, n, k, sw in K.LINEAR_SHAPES:
+                    K.bench_linear(1, fmt, label, n, k, sw, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
+                                 variant="v2", baseline=False)
+    finally:
+        configs._gemv_default = saved
+
+
+def sweep_gemv_ba(reps, gen):
+    """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
+    24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
+    serves it only through a GEMV_TUNED entry)."""
+    from modeld.kernels.linear import configs
+    saved = configs._gemv_default
+    try:
+        for bn, bk, nw, split in ((16, 256, 4, 1), (8, 256, 4, 8), (8, 256, 4, 16), (16, 256, 4, 16), (8, 128, 4, 32)):
+            cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+            configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+            K.bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
+                         variant="v2", baseline=False)
+    finally:
+        configs._gemv_default = saved
+    K.bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, variant="v1", baseline=True)
