@@ -202,7 +202,7 @@ def engine_stage(R, st, profile: str):
     res["decode"] = d
     res["ttft"] = C.engine_bench.ttft(eng, st.ttft_lengths)
     if a.ttft_chunks and R.elapsed() < a.budget_s * 0.6:
-        res["ttft_by_chunk"] = ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
+        res["ttft_by_chunk"] = C.engine_bench.ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
     if profile == "bf16":
         st.noise = res["vs_hf"]
         res["gate"] = {"name": "greedy parity vs HF (near-tie rule)", "pass": res["vs_hf"]["pass"]
@@ -222,24 +222,6 @@ def engine_stage(R, st, profile: str):
                       f"max|Δ| top-k {vs['max_abs_topk']:.3f} full {vs['max_abs_full']:.3f}, decode "
                       f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}")
     return res
-
-
-def ttft_by_chunk(eng, n: int, chunks: str) -> list[dict]:
-    """TTFT at n tokens with prefill_chunk = checkpoint_every = c for each c (the cell's schedule
-    knob: a longer chunk gives the GEMMs more rows per weight pass, a shorter one finer GDN
-    checkpoints). The engine reads its options per prefill; they are restored afterwards."""
-    import dataclasses
-
-    saved, out = eng.options, []
-    try:
-        for c in (int(x) for x in chunks.split(",") if x):
-            eng.options = dataclasses.replace(saved, prefill_chunk=c, checkpoint_every=c)
-            r = C.engine_bench.ttft(eng, [n])
-            if r:
-                out.append({"prefill_chunk": c, **r[0]})
-    finally:
-        eng.options = saved
-    return out
 
 
 def rung6_stage(R, st, profile: str):

@@ -160,6 +160,24 @@ def ttft(engine, lengths: list[int]) -> list[dict]:
     return out
 
 
+def ttft_by_chunk(eng, n: int, chunks: str) -> list[dict]:
+    """TTFT at n tokens with prefill_chunk = checkpoint_every = c for each c (the cell's schedule
+    knob: a longer chunk gives the GEMMs more rows per weight pass, a shorter one finer GDN
+    checkpoints). The engine reads its options per prefill; they are restored afterwards."""
+    import dataclasses
+
+    saved, out = eng.options, []
+    try:
+        for c in (int(x) for x in chunks.split(",") if x):
+            eng.options = dataclasses.replace(saved, prefill_chunk=c, checkpoint_every=c)
+            r = ttft(eng, [n])
+            if r:
+                out.append({"prefill_chunk": c, **r[0]})
+    finally:
+        eng.options = saved
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output folder ($OUT)")

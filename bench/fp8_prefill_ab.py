@@ -31,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _qwen_common as C  # noqa: E402  (build_engine: the certification's engine options)
 import engine_qwen3_5 as EB  # noqa: E402  (SynthSource, ttft, sync)
 
 MODES = ("w8a16", "w8a8")
@@ -72,10 +73,8 @@ def main(argv=None) -> int:
     import torch
 
     from modeld.convert.qwen3_5_spec import hf_config, preset
-    from modeld.execution.bindings import reference_kernels, triton_kernels
     from modeld.kernels.linear import triton as lin
     from modeld.models.qwen3_5.config import Qwen35Config
-    from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
     from modeld.qualify.hf_weights import QuantizedSource
 
     os.makedirs(args.out, exist_ok=True)
@@ -88,9 +87,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     src = QuantizedSource(EB.SynthSource(shape, args.seed, args.workers), "fp8",
                           device="cuda" if dev.type == "cuda" else None)
-    opts = EngineOptions(slots=1, capacity=max(lengths + [args.compare]) + args.decode + 8,
-                         prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
-    eng = Qwen35Engine(cfg, src, dev, triton_kernels() if dev.type == "cuda" else reference_kernels(), opts)
+    eng = C.build_engine(cfg, src, dev, capacity=max(lengths + [args.compare]) + args.decode + 8)
     result = {"bench": "fp8_prefill_ab", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "argv": sys.argv[1:], "load_s": time.perf_counter() - t0,
               "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu (dry run)",

@@ -216,7 +216,8 @@ def bench_gdn(reps):
             case(f"gdn_decode(bv{tile[0]},w{tile[1]})", f"B{B} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda B=B: _gdn_set(B, True),
                  io + state_bytes, tt.gdn_decode, None, reps, n_sets=48 if B == 1 else None)
         setattr(gt, name, default)
-    os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 even if the caller exported v2
+    caller_chunk = os.environ.get("MODELD_GDN_CHUNK")  # restored after the group
+    os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 (the default is v2)
     for T in (512, 4096, 8192):
         io = T * (2 * Hk * Dk + 2 * Hv * Dv) * 2 + T * Hv * 4 + Hv * Dk * Dv * 4 * 2
         # T = 8192 (the 27B's 8k prefill) only A/Bs v1 vs v2: its reference and token loop add minutes
@@ -259,6 +260,10 @@ def bench_gdn(reps):
             continue
         case("gdn_prefill(recurrent)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
              tt._gdn_prefill_recurrent, None, max(3, reps // 4), n_sets=2)
+    if caller_chunk is None:
+        os.environ.pop("MODELD_GDN_CHUNK")
+    else:
+        os.environ["MODELD_GDN_CHUNK"] = caller_chunk
 
 
 def bench_embedding_sampling(reps):

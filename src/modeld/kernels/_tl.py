@@ -1,6 +1,7 @@
 """Triton device helpers shared by the kernels in this package.
 
-`round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. Why not just
+`grouped_tile(pid, M, N, ...)` maps a 1-D GEMM program id to its (row block, column block) in
+grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. Why not just
 `x.to(tl.bfloat16)`: on the GPU that is RTNE, but Triton 3.6's CPU interpreter *truncates*
 fp32→bf16 casts (and implicit casts on store), which makes interpreter results drift from PyTorch
 by one bf16 ulp (KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md). The bit trick below
@@ -29,3 +30,17 @@ def round_to(x, dtype: tl.constexpr):
 def round_f32(x, dtype: tl.constexpr):
     """fp32 `x` rounded to `dtype` (RTNE) and widened back to fp32 (models a PyTorch rounding step)."""
     return round_to(x, dtype).to(tl.float32)
+
+
+@triton.jit
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of GEMM program `pid` in grouped order: GROUP_M row blocks sweep the N blocks
+    together, so the weight tiles they share stay in L2 (every tiled GEMM of kernels/linear)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+    return pid_m, pid_n

@@ -124,6 +124,19 @@ def _x_planes(x_ptr, gi, gmask, tw, WG: tl.constexpr):
 
 
 @triton.jit
+def _row_tiles(up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows of this program's first row tile and the distance to its second (SwiGLU: the up rows at
+    + up_offset; otherwise the next BLOCK_N rows) — the row layout of every v2 GEMV kernel."""
+    pid = tl.program_id(0)
+    if SWIGLU:
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    else:
+        rows = pid * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)
+        up_offset = BLOCK_N
+    return rows, up_offset
+
+
+@triton.jit
 def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, stride_w, stride_s, up_offset, magic,
                       SWIGLU: tl.constexpr, WG: tl.constexpr, NGS: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLIT: tl.constexpr):
@@ -136,15 +149,10 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, s
     # rows of a single bigger tile without dropping the 16-byte vectors).
     # Split-K (SPLIT > 1): program (pid, pid_k) sums groups [pid_k * GPS, min(NG, (pid_k + 1) * GPS))
     # and writes fp32 partials; _gemv_finish_kernel adds them up.
-    pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     g_lo = pid_k * GPS
     g_hi = tl.minimum(NG, g_lo + GPS)
-    if SWIGLU:
-        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    else:
-        rows = pid * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)
-        up_offset = BLOCK_N
+    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
     rows3 = rows[None, :, None]  # [1, BN, 1]
     rmask3 = rows3 < N
     gs = tl.arange(0, NGS)[:, None, None]  # [NGS, 1, 1]
@@ -253,15 +261,10 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
-    pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * WPS
     k_hi = tl.minimum(KW, k_lo + WPS)
-    if SWIGLU:
-        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    else:
-        rows = pid * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)
-        up_offset = BLOCK_N
+    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
     rows3 = rows[None, :, None]
     gmask_r = rows3 < N
     umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N
@@ -306,15 +309,10 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_of
     # 2 ALU + 2 FFMA per 2 weights — far below the issue limit at 2 bytes per weight, so this kernel
     # is about bytes in flight (v1 keeps one tile per program and reduces through shared memory).
     # x word j holds x[2j], x[2j+1], matching weight word j. Split-K as in the fp8 kernel.
-    pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * WPS
     k_hi = tl.minimum(KW, k_lo + WPS)
-    if SWIGLU:
-        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    else:
-        rows = pid * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)
-        up_offset = BLOCK_N
+    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
     rows3 = rows[None, :, None]
     gmask_r = rows3 < N
     umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels._tl import grouped_tile
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
@@ -126,15 +127,7 @@ def _matmul_kernel(x_ptr, w_ptr, ws_ptr, wm_ptr, y_ptr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, REDUCE_EACH_STEP: tl.constexpr, DOT_F32: tl.constexpr):
     # y[m, n] = sum_k x[m, k] W[n, k]  (SWIGLU: silu(. with rows n) * (. with rows n + up_offset))
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped ordering: GROUP_M row blocks sweep the N blocks together so W tiles stay in L2.
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_rows
-    pid_n = (pid % in_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -211,14 +204,7 @@ def _gemm_tma_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offse
     # The prefill GEMM with x and W tiles moved by the TMA engine (host tensor descriptors; out-of-
     # bounds rows/columns arrive as zeros). bf16 or fp8 weights (FORMAT 0/1); same epilogue as
     # _matmul_kernel. For SWIGLU the descriptor spans all 2F rows: up rows are n + up_offset.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_rows
-    pid_n = (pid % in_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -290,10 +276,18 @@ def _tma_aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
 
 
+def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int) -> TileConfig:
+    """`configs.pick`'s tile for this call; a TMA tile falls back to pointer loads when x or the
+    weight lacks the 16-byte alignment descriptors need (an explicit config is never altered)."""
+    cfg = pick(sm, fmt, swiglu, x.shape[0], n, x.shape[1], interpreting())
+    return dataclasses.replace(cfg, tma=False) if cfg.tma and not _tma_aligned(x, w) else cfg
+
+
 def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group: int = 0,
             config: TileConfig | None = None) -> torch.Tensor:
     """Allocate y, pick the tile config, launch. Inputs were checked by the public wrapper."""
     device = check_same_device(x=x, w=w, ws=ws, wm=wm)
+    sm = _sm(device)
     m, k = x.shape
     n_rows = w.shape[0]
     if swiglu and n_rows % 2:
@@ -315,23 +309,19 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
                 _dequant._launch_int4(w, ws, wm, wb)
             else:
                 _dequant._launch_fp8(w, wb)
-            cfg = pick(_sm(device), "bf16", swiglu, m, n, k, interpreting())
-            if cfg.tma and not _tma_aligned(x, wb):
-                cfg = dataclasses.replace(cfg, tma=False)
+            cfg = _default_tile(sm, "bf16", swiglu, x, wb, n)
             return _launch(x, wb, ws if fmt == FMT_FP8 else None, None, FMT_FP8 if fmt == FMT_FP8 else FMT_BF16,
                            swiglu, out_dtype, 0, cfg)
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
     if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(
-            _FMT_NAMES[fmt], x, w, group, tuned=(_sm(device), _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
-        gcfg = pick_gemv(_sm(device), _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
+            _FMT_NAMES[fmt], x, w, group, tuned=(sm, _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
+        gcfg = pick_gemv(sm, _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
         kernel = {FMT_INT4: _gemv_int4_kernel, FMT_FP8: _gemv_fp8_kernel, FMT_BF16: _gemv_bf16_kernel}[fmt]
         return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
                                  finish=_gemv_finish_kernel)
-    cfg = config or pick(_sm(device), _FMT_NAMES[fmt], swiglu, m, n, k, interpreting())
-    if cfg.tma and config is None and not _tma_aligned(x, w):
-        cfg = dataclasses.replace(cfg, tma=False)  # a default TMA tile falls back to pointer loads
+    cfg = config or _default_tile(sm, _FMT_NAMES[fmt], swiglu, x, w, n)
     if cfg.tma:
         return _launch_tma(x, w, ws, y, fmt, swiglu, n, cfg)
     ng = 1

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels._tl import grouped_tile
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear.quant import FP8_MAX
 from modeld.kernels.linear.w8a8_reference import AMAX_FLOOR, Fp8Rows
@@ -142,16 +143,7 @@ def _w8a8_kernel(xq_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, stride_xm, strid
                  SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  GROUP_M: tl.constexpr, PROMOTE_K: tl.constexpr, DOT_F32: tl.constexpr):
     # y[m, n] = (sum_k q[m, k] W[n, k]) * sx[m] * sw[n]   (SWIGLU: silu(. rows n) * (. rows n + up_offset))
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped ordering (as `_matmul_kernel`): GROUP_M row blocks sweep the N blocks together, so
-    # the W tiles they share stay in L2.
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_rows
-    pid_n = (pid % in_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -206,14 +198,7 @@ def _w8a8_tma_kernel(x_desc, w_desc, sx_ptr, sw_ptr, y_ptr, M, N, K, stride_ym, 
                      GROUP_M: tl.constexpr, PROMOTE_K: tl.constexpr, DOT_F32: tl.constexpr):
     # `_w8a8_kernel` with the x / W tiles moved by the TMA engine (host descriptors; out-of-bounds
     # rows/columns arrive as zeros). For SWIGLU the W descriptor spans all 2F rows: up rows n + F.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_rows
-    pid_n = (pid % in_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
