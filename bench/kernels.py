@@ -39,7 +39,7 @@ ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
-DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba")
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -226,17 +226,19 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 @guarded
 @contextmanager
 def gemv_variant(variant: str):
-    """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`) or "v2" (linear/gemv.py) for every
-    format and size — the routing policy (v2 for large int4 weights only, gemv.V2_FORMATS /
-    V2_MIN_WEIGHTS) is lifted, so a row tagged [v2] really ran v2. Restores everything on exit."""
-    from modeld.kernels.linear import gemv
+    """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`), "v2" (linear/gemv.py) or "mma"
+    (int4 on the tensor cores, linear/gemv_mma.py; other formats v2) for every format and size — the
+    routing policy (gemv.V2_FORMATS / V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV) is lifted, so a row tagged
+    [v2] really ran v2. Restores everything on exit."""
+    from modeld.kernels.linear import gemv, gemv_mma
     from modeld.kernels.linear import triton as lin
-    saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS
-    lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = variant, ("int4", "fp8", "bf16"), 0
+    saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV
+    lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = "v1" if variant == "v1" else "v2", ("int4", "fp8", "bf16"), 0
+    gemv_mma.INT4_GEMV = "mma" if variant == "mma" else "v2" if variant == "v2" else gemv_mma.INT4_GEMV
     try:
         yield
     finally:
-        lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = saved
+        lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV = saved
 
 
 def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):
@@ -249,7 +251,7 @@ def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", ba
 
 
 def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline):
-    from modeld.kernels.linear import configs, gemv
+    from modeld.kernels.linear import configs, gemv, gemv_mma
     from modeld.kernels.linear import triton as lin
     n_rows = 2 * n if swiglu else n
     _, wbytes = _make_weights(fmt, 1, k, gen)  # bytes per row
@@ -264,6 +266,9 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         if m == 1 and fmt_name in gemv.V2_FORMATS and lin.GEMV_VARIANT == "v2":
             cfg = configs.pick_gemv(90, fmt_name, swiglu, n, k,
                                     int(fmt.removeprefix("int4g")) if fmt_name == "int4" else 0, DEV == "cpu")
+        if m == 1 and fmt_name == "int4" and lin.GEMV_VARIANT == "v2" and gemv_mma.serves(90, swiglu, n, k) \
+                and fmt in ("int4g128", "int4g256"):
+            cfg = gemv_mma.pick(90, swiglu, n, k, 132, DEV == "cpu")
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)
         group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
@@ -321,20 +326,66 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
             dict(att.prefill_config(dh, False).__dict__))
 
 
-@guarded
-def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag=""):
+# fused decode candidates (attention/configs.FusedDecodeConfig: BN, warps, stages, waves, group) swept
+# at B=1 8k and 32k beside the default. Shared memory (offline sm_90): BN 64 / 8 warps / 3 stages is
+# 141 KB (one program per SM, so waves > 1 run as extra waves); BN 32 / 4 w / 3 st and BN 64 / 4 w /
+# 2 st are ~75 KB (three per SM).
+FUSED_DECODE_SWEEP = (  # (BN, warps, stages, waves, group)
+    (64, 8, 3, 1, 32), (64, 8, 2, 2, 8), (32, 4, 3, 2, 8), (32, 4, 3, 4, 16),
+    (64, 4, 2, 2, 8), (64, 4, 2, 4, 16), (32, 8, 3, 2, 8), (32, 4, 2, 4, 8),
+)
+
+
+@contextmanager
+def _decode_variant(variant, fused_cfg, dh):
+    """Select the attention decode variant ($MODELD_ATTN_DECODE) and, for "fused", its config."""
+    from modeld.kernels.attention import configs as acfg
     from modeld.kernels.attention import triton as att
+    saved_env, saved_cfg = os.environ.get(att.DECODE_ENV), acfg.DECODE_FUSED.get(dh)
+    if variant is not None:
+        os.environ[att.DECODE_ENV] = variant
+    if fused_cfg is not None:
+        acfg.DECODE_FUSED[dh] = fused_cfg
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop(att.DECODE_ENV, None)
+        else:
+            os.environ[att.DECODE_ENV] = saved_env
+        if saved_cfg is not None:
+            acfg.DECODE_FUSED[dh] = saved_cfg
+
+
+@guarded
+def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=None, fused=None, baseline=True):
+    """One decode-attention row: `variant` "split3" | "fused" | None (the module default / env);
+    `fused` = (BN, warps, stages, waves, group) for the fused kernel; baseline = also time torch SDPA."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    fused_cfg = acfg.FusedDecodeConfig(*fused, source="sweep") if fused is not None else None
     s_cap = length + 64
     per_set = 2 * bsz * s_cap * hkv * dh * 2
     sets = n_sets_for(per_set)
-    caches = [(torch.randn(bsz, s_cap, hkv, dh, device="cuda", generator=gen).bfloat16(),
-               torch.randn(bsz, s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()) for _ in range(sets)]
-    q = torch.randn(bsz, hq, dh, device="cuda", generator=gen).bfloat16()
-    gate = torch.randn(bsz, hq, dh, device="cuda", generator=gen).bfloat16()
-    kn = torch.randn(bsz, hkv, dh, device="cuda", generator=gen).bfloat16()
-    lens = torch.full((bsz,), length, dtype=torch.int32, device="cuda")
-    p50, p90 = time_calls(lambda i: att.attention_decode(q, kn, kn, caches[i][0], caches[i][1], lens, dh**-0.5, gate),
-                          sets, reps)
+    caches = [(torch.randn(bsz, s_cap, hkv, dh, device=DEV, generator=gen).bfloat16(),
+               torch.randn(bsz, s_cap, hkv, dh, device=DEV, generator=gen).bfloat16()) for _ in range(sets)]
+    q = torch.randn(bsz, hq, dh, device=DEV, generator=gen).bfloat16()
+    gate = torch.randn(bsz, hq, dh, device=DEV, generator=gen).bfloat16()
+    kn = torch.randn(bsz, hkv, dh, device=DEV, generator=gen).bfloat16()
+    lens = torch.full((bsz,), length, dtype=torch.int32, device=DEV)
+    with _decode_variant(variant, fused_cfg, dh):
+        used = att.decode_variant()
+        p50, p90 = time_calls(lambda i: att.attention_decode(q, kn, kn, caches[i][0], caches[i][1], lens, dh**-0.5,
+                                                             gate), sets, reps)
+        sm = att._sm_count(torch.device(DEV))
+        if used == "fused":
+            fc = acfg.fused_decode_config(dh, DEV == "cpu")
+            splits = att.num_splits(bsz, hkv, s_cap, fc.block_n, sm * fc.waves, 256)
+            config = dict(variant=used, block_n=fc.block_n, num_warps=fc.num_warps, num_stages=fc.num_stages,
+                          waves=fc.waves, group=min(fc.group, splits), splits=splits, launches=1)
+        else:
+            dc = acfg.decode_config(dh, DEV == "cpu")
+            config = dict(dc.__dict__, variant=used, splits=att.num_splits(bsz, hkv, s_cap, dc.block_n, sm), launches=3)
 
     def base(i):
         kc, vc = caches[i]
@@ -342,13 +393,26 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag=""):
         vs = vc[:, : length + 1].transpose(1, 2)
         o = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], ks, vs, scale=dh**-0.5, enable_gqa=True)
         return o[:, :, 0] * torch.sigmoid(gate)
-    b50, _ = time_calls(base, sets, reps)
+    b50 = time_calls(base, sets, reps)[0] if baseline else None
     nbytes = 2 * bsz * (length + 1) * hkv * dh * 2
     tbps = nbytes / (p50 * 1e-3) / 1e12
-    add_row(f"attention decode{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90, tbps, "TB/s",
-            tbps / CEIL["copy_TBps"], "KV bytes / copy bandwidth", "torch SDPA over the cache + gate", b50,
-            dict(att.decode_config(dh, False).__dict__, splits=att.num_splits(bsz, hkv, s_cap, att.decode_config(
-                dh, False).block_n, torch.cuda.get_device_properties(0).multi_processor_count)))
+    cfg_tag = "" if used == "split3" else (" [fused]" if fused is None else
+                                           " [fused BN{} w{} st{} x{} g{}]".format(*fused))
+    add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
+            tbps, "TB/s", tbps / CEIL["copy_TBps"], "KV bytes / copy bandwidth",
+            "torch SDPA over the cache + gate" if baseline else None, b50, config)
+
+
+def decode_section(reps, gen):
+    """Decode attention: split3 (three launches) and fused (one launch) A/B at four shapes (8 rows),
+    then the fused sweep at B=1, 8k and 32k (16 rows). SDPA baseline only on the split3 rows."""
+    for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
+        for variant in ("split3", "fused"):
+            bench_attention_decode(bsz, length, 24, 4, 256, reps, gen, variant=variant, baseline=variant == "split3")
+    for length in (8191, 32767):
+        for cand in FUSED_DECODE_SWEEP:
+            bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=" [sweep]", variant="fused", fused=cand,
+                                   baseline=False)
 
 
 # ----------------------------------------------------------------------------- logits
@@ -372,7 +436,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
             "sweep-attention", "sweep-gemm")
 
 
@@ -415,6 +479,8 @@ def dry_run(args) -> int:
     S.gemv_ab(2, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
     if "sweep-gemv-ba" in sections:
         S.sweep_gemv_ba(2, gen)
+    if "sweep-gemv-mma" in sections:
+        S.sweep_gemv_mma(2, gen, dry=True)
     errors = [r for r in ROWS if "error" in r]
     print(f"dry run: {len(ROWS)} rows, {len(errors)} errors -> {os.path.join(OUT, 'kernels.json')}")
     return 1 if errors or not ROWS else 0
@@ -472,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         S.gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
     if "sweep-gemv-ba" in sections:
         S.sweep_gemv_ba(reps, gen)
+    if "sweep-gemv-mma" in sections:
+        S.sweep_gemv_mma(reps, gen)
     if "skinny" in sections:
         for label, n, k, sw in LINEAR_SHAPES[:2]:
             for fmt in ("bf16", "fp8", "int4g128"):
@@ -479,8 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     if "logits" in sections:
         bench_logits(1, 248320, 5120, reps, gen)
     if "decode" in sections:
-        for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
-            bench_attention_decode(bsz, length, 24, 4, 256, reps, gen)
+        decode_section(reps, gen)
     if "prefill" in sections:
         for t in (2048, 8192):
             bench_attention_prefill(t, 24, 4, 256, reps, gen)

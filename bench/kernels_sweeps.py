@@ -97,6 +97,30 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
         configs._gemv_default = saved
 
 
+def sweep_gemv_mma(reps, gen, dry=False):
+    """int4 g128 M == 1: v2 (its GEMV_TUNED entry, the default) beside the tensor-core GEMV
+    (linear/gemv_mma.py) with its default pick and tile candidates (block_n, warps, stages, split_k), at
+    every 27B shape, interleaved per shape; cuBLAS bf16 beside v2. Winners go to gemv_mma.MMA_TUNED."""
+    from modeld.kernels.linear import gemv_mma
+    cands = ((64, 4, 3, 3), (64, 4, 3, 4), (64, 4, 3, 8), (64, 4, 2, 4), (64, 4, 4, 4), (128, 4, 3, 3),
+             (128, 4, 3, 4), (128, 4, 3, 8), (128, 4, 4, 4))
+    if dry:
+        cands = ((64, 4, 1, 1), (64, 4, 1, 2))
+    saved = gemv_mma.pick
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="mma", baseline=False)
+            for bn, nw, ns, split in cands:
+                cand = gemv_mma.MmaGemvConfig(bn, nw, ns, split, source="sweep candidate")
+                gemv_mma.pick = lambda *a, _c=cand: _c
+                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="mma", baseline=False,
+                               tag=f" [sweep mma {bn}w{nw}s{ns}k{split}]")
+                gemv_mma.pick = saved
+    finally:
+        gemv_mma.pick = saved
+
+
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2

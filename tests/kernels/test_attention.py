@@ -1,7 +1,11 @@
 """attention: Triton vs reference (the spec) for causal GQA prefill with a prefix and split-KV decode.
 
 Checks the output (poisoned torch.empty, so unwritten elements and unwritten split partials are
-NaN) and the cache: the rows the call owns hold exactly k/v, every other row is unchanged.
+NaN) and the cache: the rows the call owns hold exactly k/v, every other row is unchanged. Every
+decode case runs for both decode variants ("split3": three launches; "fused": one launch with
+arrival counters, whose buffer must be all zero again after each call). Under the interpreter the
+programs run one after another, so the fused merge always runs in the highest split; the GPU tests
+see real arrival orders.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ import pytest
 import torch
 
 from modeld.kernels._testing import assert_close, poison
+from modeld.kernels.attention import configs as acfg
 from modeld.kernels.attention import reference as ref
+from modeld.kernels.attention import _decode_fused as fz
 from modeld.kernels.attention import triton as tt
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 
@@ -41,17 +47,48 @@ def _check_prefill(t, start, hq, hkv, dh, s_cap, gated, gen, device):
     assert_close(got, want, what=f"prefill T={t} start={start}")
 
 
-def _check_decode(bsz, hq, hkv, dh, s_cap, lens, gated, gen, device):
+@pytest.fixture(params=tt.DECODE_VARIANTS)
+def variant(request, monkeypatch):
+    """Runs the test once per decode variant (through $MODELD_ATTN_DECODE, as the bench selects it)."""
+    monkeypatch.setenv(tt.DECODE_ENV, request.param)
+    return request.param
+
+
+def _ref_decode(q, k, v, kc, vc, lens, scale, gate):
+    """The spec, extended to cache_lens >= S the way the kernels define it (write dropped, all S cached
+    positions attended): that equals decoding position S-1 with the row already there as k/v."""
+    s_cap = kc.shape[1]
+    over = [b for b, n in enumerate(lens) if n >= s_cap]
+    k, v = k.clone(), v.clone()
+    for b in over:
+        k[b], v[b] = kc[b, s_cap - 1], vc[b, s_cap - 1]
+    clamped = torch.tensor([min(n, s_cap - 1) for n in lens], dtype=torch.int32, device=q.device)
+    return ref.attention_decode(q, k, v, kc, vc, clamped, scale, gate)
+
+
+def _counters_zero(device) -> None:
+    buf = tt.decode_counter_buffer(torch.device(device))
+    if tt.decode_variant() == "fused":
+        assert buf is not None and int(buf.count_nonzero()) == 0, "fused decode left an arrival counter non-zero"
+
+
+def _check_decode(bsz, hq, hkv, dh, s_cap, lens, gated, gen, device, calls=1):
+    """`calls` > 1: the same buffers decoded again with every length one larger (graph-replay style:
+    same tensors, new cache_lens values), each call checked against the spec."""
     q, k, v = _rand((bsz, hq, dh), gen, device), _rand((bsz, hkv, dh), gen, device), _rand((bsz, hkv, dh), gen, device)
     gate = _rand((bsz, hq, dh), gen, device) if gated else None
     kc, vc = _rand((bsz, s_cap, hkv, dh), gen, device), _rand((bsz, s_cap, hkv, dh), gen, device)
     kc_ref, vc_ref = kc.clone(), vc.clone()
     cache_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-    got = tt.attention_decode(q, k, v, kc, vc, cache_lens, dh**-0.5, gate)
-    want = ref.attention_decode(q, k, v, kc_ref, vc_ref, cache_lens, dh**-0.5, gate)
-    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), "cache rows differ"
-    assert cache_lens.tolist() == list(lens), "cache_lens must not be mutated"
-    assert_close(got, want, what=f"decode B={bsz} lens={list(lens)[:4]}")
+    for call in range(calls):
+        now = [n + call for n in lens]
+        cache_lens.copy_(torch.tensor(now, dtype=torch.int32))
+        got = tt.attention_decode(q, k, v, kc, vc, cache_lens, dh**-0.5, gate)
+        want = _ref_decode(q, k, v, kc_ref, vc_ref, now, dh**-0.5, gate)
+        assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"cache rows differ (call {call})"
+        assert cache_lens.tolist() == now, "cache_lens must not be mutated"
+        _counters_zero(device)
+        assert_close(got, want, what=f"decode {tt.decode_variant()} B={bsz} lens={now[:4]} call {call}")
 
 
 # (T, start, Hq, Hkv, Dh, S, gated)
@@ -76,13 +113,76 @@ DECODE_CASES = [
     (3, 4, 2, 64, 500, (0, 499, 250), False),  # empty-prefix, full cache, middle: some splits empty
     (2, 24, 4, 256, 40, (17, 39), True),  # qwen3_5 heads
     (4, 3, 3, 32, 33, (1, 32, 16, 15), False),  # MHA (GQA 1)
+    (2, 6, 1, 32, 300, (299, 5), True),  # S-1 (new row is the last), and 5 of 300: most splits empty
+    (3, 4, 2, 32, 64, (64, 70, 63), False),  # cache_lens >= S: write dropped, all S rows read
 ]
 
 
 @pytest.mark.parametrize("bsz,hq,hkv,dh,s_cap,lens,gated", DECODE_CASES,
                          ids=[f"B{c[0]}-Hq{c[1]}-Hkv{c[2]}-Dh{c[3]}-S{c[4]}{'-gate' if c[6] else ''}" for c in DECODE_CASES])
-def test_decode_matches_reference(bsz, hq, hkv, dh, s_cap, lens, gated, gen, device, poisoned_outputs):
+def test_decode_matches_reference(bsz, hq, hkv, dh, s_cap, lens, gated, variant, gen, device, poisoned_outputs):
     _check_decode(bsz, hq, hkv, dh, s_cap, lens, gated, gen, device)
+
+
+def test_decode_twice_like_a_graph_replay(variant, gen, device, poisoned_outputs):
+    """Same buffers, cache_lens advanced in place between calls: the counters are re-armed and the
+    second call sees the first call's row (at 16 and 40 it moves into the next split)."""
+    _check_decode(2, 6, 2, 64, 200, (15, 39), True, gen, device, calls=3)
+
+
+@pytest.mark.parametrize("waves,group", [(4, 64), (1, 1), (8, 4)], ids=["one-level", "group1", "wide"])
+def test_fused_decode_merge_shapes(waves, group, gen, device, poisoned_outputs, monkeypatch):
+    """The fused merge with one level (group >= splits), groups of one split, and 64 splits."""
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    monkeypatch.setattr(acfg, "_INTERPRETER_FUSED", acfg.FusedDecodeConfig(16, 4, 1, waves, group))
+    if device.type == "cuda":
+        monkeypatch.setitem(acfg.DECODE_FUSED, 64, acfg.FusedDecodeConfig(16, 4, 1, waves, group))
+    _check_decode(2, 6, 2, 64, 1030, (1029, 400), True, gen, device)
+
+
+def test_fused_counters_grow_and_keep_old_buffers(device, monkeypatch):
+    """A larger B*Hkv grows the stream's counter buffer; the outgrown one stays alive (a captured
+    graph may still address it) and a zeroed spare is left for a later capture."""
+    dev = torch.device(device)
+    first = tt.reserve_decode_counters(dev, 8)
+    assert tt.reserve_decode_counters(dev, 8) is first
+    bigger = tt.reserve_decode_counters(dev, first.numel() + 1)
+    assert bigger.numel() > first.numel() and any(t is first for t in fz._RETIRED)
+    assert tt.decode_counter_buffer(dev) is bigger and int(bigger.count_nonzero()) == 0
+    assert any(t.numel() >= bigger.numel() and int(t.count_nonzero()) == 0 for t in fz._SPARES[str(dev)])
+
+
+def test_fused_counters_during_a_capture(monkeypatch):
+    """Logic of the capture path (simulated: stream keys and the capture flag patched): a capture
+    claims the spare an eager allocation left, never allocates, and raises when no spare fits."""
+    monkeypatch.setattr(fz, "_COUNTERS", {})
+    monkeypatch.setattr(fz, "_SPARES", {})
+    stream = {"now": 1, "capturing": False}
+    monkeypatch.setattr(fz, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
+    monkeypatch.setattr(fz, "_capturing", lambda device: stream["capturing"])
+    dev = torch.device("cpu")
+    eager = tt.reserve_decode_counters(dev, 40)  # warm-up on side stream 1: buffer + spare
+    spare = fz._SPARES["cpu"][0]
+    assert spare is not eager and spare.numel() >= 40
+    stream.update(now=2, capturing=True)  # capture on stream 2 takes the spare
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated during a capture"))
+    assert tt.reserve_decode_counters(dev, 40) is spare and not fz._SPARES["cpu"]
+    stream.update(now=3)
+    with pytest.raises(tt.DecodeWorkspaceError, match="reserve_decode_counters"):
+        tt.reserve_decode_counters(dev, 40)
+    stream.update(now=2)
+    with pytest.raises(tt.DecodeWorkspaceError):
+        tt.reserve_decode_counters(dev, spare.numel() + 1)  # growing inside a capture
+
+
+def test_decode_variant_switch(monkeypatch):
+    monkeypatch.delenv(tt.DECODE_ENV, raising=False)
+    assert tt.decode_variant() == tt.DECODE_VARIANT == "fused"  # the default since the H200 A/B (session 4)
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    assert tt.decode_variant() == "fused"
+    monkeypatch.setenv(tt.DECODE_ENV, "nope")
+    with pytest.raises(KernelValueError):
+        tt.decode_variant()
 
 
 def test_reference_decode_equals_last_prefill_row(gen):
@@ -101,6 +201,7 @@ def test_num_splits_depends_on_capacity_not_length():
     assert tt.num_splits(1, 4, 32768, 32, 132) == 32
     assert tt.num_splits(16, 4, 32768, 32, 132) == 2
     assert tt.num_splits(1, 4, 20, 32, 132) == 1
+    assert tt.num_splits(1, 4, 8256, 64, 4 * 132, max_splits=256) == 128  # fused, 4 waves
 
 
 def test_bad_inputs_raise(device):
@@ -134,14 +235,57 @@ def test_gpu_prefill(t, start, hq, hkv, dh, gated, gen, device, poisoned_outputs
 @pytest.mark.gpu
 @pytest.mark.parametrize("bsz,s_cap", [(1, 8192), (1, 32768), (4, 16384), (16, 4096)])
 @pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
-def test_gpu_decode(bsz, s_cap, hq, hkv, dh, gated, gen, device, poisoned_outputs):
+def test_gpu_decode(bsz, s_cap, hq, hkv, dh, gated, variant, gen, device, poisoned_outputs):
     lens = [int(torch.randint(0, s_cap, (1,), generator=gen)) for _ in range(bsz)]
     lens[0] = s_cap - 1
     _check_decode(bsz, hq, hkv, dh, s_cap, lens, gated, gen, device)
 
 
 @pytest.mark.gpu
-def test_gpu_random_shapes(gen, device, poisoned_outputs):
+@pytest.mark.parametrize("cfg", [acfg.FusedDecodeConfig(64, 8, 3, 1, 8), acfg.FusedDecodeConfig(64, 8, 3, 1, 32),
+                                 acfg.FusedDecodeConfig(32, 4, 3, 4, 16), acfg.FusedDecodeConfig(64, 4, 2, 2, 8)],
+                         ids=["32x-g8", "32x-one-level", "128x-g16", "64x-g8"])
+@pytest.mark.parametrize("s_cap", [8192, 32768])
+def test_gpu_fused_decode_27b_configs(cfg, s_cap, gen, device, poisoned_outputs, monkeypatch):
+    """The fused kernel at 27B sizes for the configs the bench sweeps (real arrival orders), twice."""
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    monkeypatch.setitem(acfg.DECODE_FUSED, 256, cfg)
+    _check_decode(2, 24, 4, 256, s_cap, (s_cap - 2, s_cap // 2 + 7), True, gen, device, calls=2)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_decode_in_a_cuda_graph(gen, device, monkeypatch):
+    """Warm up on a side stream, capture on another (as execution.graphs.StepGraph does), replay with
+    cache_lens advanced in place: each replay matches the spec and leaves the counters at zero."""
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    bsz, hq, hkv, dh, s_cap = 2, 24, 4, 256, 8192
+    q, k, v = _rand((bsz, hq, dh), gen, device), _rand((bsz, hkv, dh), gen, device), _rand((bsz, hkv, dh), gen, device)
+    gate = _rand((bsz, hq, dh), gen, device)
+    kc, vc = _rand((bsz, s_cap, hkv, dh), gen, device), _rand((bsz, s_cap, hkv, dh), gen, device)
+    lens = torch.tensor([100, 5000], dtype=torch.int32, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tt.attention_decode(q, k, v, kc.clone(), vc.clone(), lens, dh**-0.5, gate)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tt.attention_decode(q, k, v, kc, vc, lens, dh**-0.5, gate)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    for step in range(3):
+        now = [100 + 37 * step, 5000 + step]
+        lens.copy_(torch.tensor(now, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = _ref_decode(q, k, v, kc_ref, vc_ref, now, dh**-0.5, gate)
+        assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"cache rows differ (replay {step})"
+        assert_close(out, want, what=f"graph replay {step}")
+    for buf in list(fz._COUNTERS.values()):
+        assert int(buf.count_nonzero()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_random_shapes(variant, gen, device, poisoned_outputs):
     for _ in range(8):
         hkv = int(torch.randint(1, 5, (1,), generator=gen))
         hq = hkv * int(torch.randint(1, 7, (1,), generator=gen))

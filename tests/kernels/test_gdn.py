@@ -84,9 +84,11 @@ def test_prefill_long_matches_reference(case, gen, device):
     _check("gdn_prefill", case, gen, device)
 
 
+@pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
 @pytest.mark.parametrize("strided", [True, False], ids=["strided", "dense"])
 @pytest.mark.parametrize("case", DECODE_CPU, ids=_ids(DECODE_CPU))
-def test_decode_matches_reference(case, strided, gen, device):
+def test_decode_matches_reference(case, strided, version, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.DECODE_ENV, version)
     _check("gdn_decode", case, gen, device, strided)
 
 
@@ -113,9 +115,127 @@ def test_gpu_recurrent_prefill(case, gen, device):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
 @pytest.mark.parametrize("case", DECODE_GPU, ids=_ids(DECODE_GPU))
-def test_gpu_decode(case, gen, device):
+def test_gpu_decode(case, version, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.DECODE_ENV, version)
     _check("gdn_decode", case, gen, device)
+
+
+# v2 decode (`_gdn_decode_kernel`, one reduction level): the (BLOCK_V, num_warps) tiles the bench times,
+# on shapes whose Dv is not a multiple of BLOCK_V, at B = 1 and B > 1
+DECODE_V2_TILES = [(4, 1), (8, 1), (16, 1), (32, 1), (16, 2), (16, 4), (32, 4)]
+DECODE_V2_CPU = [(1, 1, 3, 32, 40), (3, 2, 4, 64, 33)]
+
+
+def _use_decode_v2(monkeypatch, tile, volatile=True):
+    monkeypatch.setenv(tt.DECODE_ENV, "v2")
+    monkeypatch.setattr(tt, "V2_DECODE_TILE", tile)
+    monkeypatch.setattr(tt, "V2_BATCH_TILE", tile)
+    monkeypatch.setattr(tt, "V2_VOLATILE_LOADS", volatile)
+
+
+@pytest.mark.parametrize("tile", [(4, 1), (16, 1), (32, 4)], ids=lambda t: f"bv{t[0]}w{t[1]}")
+@pytest.mark.parametrize("case", DECODE_V2_CPU, ids=_ids(DECODE_V2_CPU))
+def test_decode_v2_tiles_slow_decay(case, tile, gen, device, monkeypatch):
+    """v2 with a slowly decaying state (its old content dominates o): Dv % BLOCK_V != 0, GQA."""
+    _use_decode_v2(monkeypatch, tile)
+    _check("gdn_decode", case, gen, device, slow_decay=True)
+
+
+@pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_decode_activation_dtypes(dtype, version, gen, device, monkeypatch):
+    """fp32 / fp16 activations: o is held to its own dtype's row (fp32: 1e-4), where v2's
+    re-associated sums (o = e^g·Sᵀq̂ + δ·(k̂·q̂)) would show if they lost precision."""
+    monkeypatch.setenv(tt.DECODE_ENV, version)
+    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 2, 4, 64, 48, gen, device, decode=True, slow_decay=True)
+    args = [t.to(dtype) for t in (q, k, v, a, b)] + [A_log, dt_bias]
+    s_ref, s_tt = state.clone(), state.clone()
+    assert_close(tt.gdn_decode(*args, s_tt), ref.gdn_decode(*args, s_ref))
+    assert_close(s_tt, s_ref, what="state")
+
+
+@pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
+def test_decode_small_norm_eps(version, gen, device, monkeypatch):
+    """q, k with Σx² ~ 1e-4 (fp32): the 1e-6 inside rsqrt(Σx² + 1e-6) moves o by ~0.4 %, so a kernel
+    that drops or moves the eps fails here (at unit-scale inputs it is invisible)."""
+    monkeypatch.setenv(tt.DECODE_ENV, version)
+    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 1, 2, 32, 24, gen, device, decode=True, slow_decay=True)
+    args = [q.float() * 2e-3, k.float() * 2e-3, v.float(), a.float(), b.float(), A_log, dt_bias]
+    s_ref, s_tt = state.clone(), state.clone()
+    assert_close(tt.gdn_decode(*args, s_tt), ref.gdn_decode(*args, s_ref))
+    assert_close(s_tt, s_ref, what="state")
+
+
+def test_decode_v2_differs_from_v1_only_by_rounding(gen, device, monkeypatch):
+    """v1 and v2 compute the same products; outputs agree to bf16 rounding, states to fp32 order."""
+    *args, state = _inputs(2, 2, 4, 128, 100, gen, device, decode=True, slow_decay=True)
+    s1, s2 = state.clone(), state.clone()
+    monkeypatch.setenv(tt.DECODE_ENV, "v1")
+    o1 = tt.gdn_decode(*args, s1)
+    monkeypatch.setenv(tt.DECODE_ENV, "v2")
+    o2 = tt.gdn_decode(*args, s2)
+    assert_close(o2, o1)
+    assert_close(s2, s1, what="state")
+    assert not torch.equal(s2, state)  # the state was written
+
+
+class _V2Called(Exception):
+    pass
+
+
+def test_decode_version_switch(gen, device, monkeypatch):
+    """DECODE_KERNEL picks the kernel, $MODELD_GDN_DECODE overrides it per call, a bad value raises."""
+    *args, state = _inputs(1, 1, 2, 16, 16, gen, device, decode=True)
+
+    def v2_marker(*a):
+        raise _V2Called
+
+    monkeypatch.setattr(tt, "_launch_decode_v2", v2_marker)
+    monkeypatch.delenv(tt.DECODE_ENV, raising=False)
+    monkeypatch.setattr(tt, "DECODE_KERNEL", "v1")
+    tt.gdn_decode(*args, state.clone())  # v1: the marker is not reached
+    monkeypatch.setattr(tt, "DECODE_KERNEL", "v2")
+    with pytest.raises(_V2Called):
+        tt.gdn_decode(*args, state.clone())
+    monkeypatch.setenv(tt.DECODE_ENV, "v1")
+    tt.gdn_decode(*args, state.clone())
+    monkeypatch.setenv(tt.DECODE_ENV, "v3")
+    with pytest.raises(KernelValueError, match="MODELD_GDN_DECODE"):
+        tt.gdn_decode(*args, state.clone())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("volatile", [True, False], ids=["volatile", "plain"])
+@pytest.mark.parametrize("tile", DECODE_V2_TILES, ids=lambda t: f"bv{t[0]}w{t[1]}")
+def test_gpu_decode_v2_tiles(tile, volatile, gen, device, monkeypatch):
+    """Every v2 tile the bench times, with and without volatile loads, at 27B heads (B = 1 and 32)
+    and on an odd shape, with slow decay."""
+    _use_decode_v2(monkeypatch, tile, volatile)
+    for case in ((1, 16, 48, 128, 128), (32, 16, 48, 128, 128), (3, 3, 9, 96, 80)):
+        _check("gdn_decode", case, gen, device, slow_decay=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [1, 2])
+def test_gpu_decode_v2_pdl(pdl, gen, device, monkeypatch):
+    """v2 launched with programmatic dependent launch (V2_PDL): one step at 27B heads (B = 1, 32), and
+    for pdl 1 (wait before every load) two back-to-back steps on one state, which pdl 2 does not allow."""
+    _use_decode_v2(monkeypatch, tt.V2_DECODE_TILE)
+    monkeypatch.setattr(tt, "V2_PDL", pdl)
+    for case in ((1, 16, 48, 128, 128), (32, 16, 48, 128, 128)):
+        _check("gdn_decode", case, gen, device, slow_decay=True)
+    if pdl != 1:
+        return
+    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
+    s_ref, s_tt = state[None].clone(), state[None].clone()
+    for t in range(2):
+        step = [x[t : t + 1] for x in (q, k, v, a, b)] + [A_log, dt_bias]
+        want = ref.gdn_decode(*step, s_ref)
+        got = tt.gdn_decode(*step, s_tt)
+    assert_close(got, want)
+    assert_close(s_tt, s_ref, what="state")
 
 
 @pytest.mark.parametrize("decay", ["fast", "slow"])
@@ -237,8 +357,10 @@ def test_reference_matches_hf_recurrence(gen):
     assert_close(s, want_s, what="state")
 
 
-def test_decode_output_overwrites_poison(gen, device):
+@pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
+def test_decode_output_overwrites_poison(version, gen, device, monkeypatch):
     """A NaN in the state poisons the outputs that read it: proves outputs come from the state."""
+    monkeypatch.setenv(tt.DECODE_ENV, version)
     *args, state = _inputs(2, 1, 2, 16, 16, gen, device, decode=True)
     poison(state[1])
     out = tt.gdn_decode(*args, state)

@@ -14,6 +14,7 @@ from modeld.kernels._testing import assert_close, interpreting, poison, toleranc
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemv as gv
+from modeld.kernels.linear import gemv_mma as gm
 from modeld.kernels.linear import quant
 from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
@@ -210,6 +211,7 @@ def gemv_calls(monkeypatch):
     format on v2 whatever $MODELD_GEMV_V2 says."""
     monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8", "bf16"))
     monkeypatch.setattr(gv, "V2_MIN_WEIGHTS", 0)  # the small test shapes would stay on v1
+    monkeypatch.setattr(gm, "INT4_GEMV", "v2")  # the int4 tensor-core GEMV would take its MMA_TUNED shapes
     calls = []
     real = gv.launch_gemv
     monkeypatch.setattr(gv, "launch_gemv", lambda *a, **k: calls.append(a[0]) or real(*a, **k))

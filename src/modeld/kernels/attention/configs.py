@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AttentionConfig", "PREFILL", "DECODE", "prefill_config", "decode_config"]
+__all__ = ["AttentionConfig", "FusedDecodeConfig", "PREFILL", "DECODE", "DECODE_FUSED", "prefill_config",
+           "decode_config", "fused_decode_config"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,36 @@ DECODE: dict[int, AttentionConfig] = {
 _INTERPRETER = AttentionConfig(16, 16, 4, 1, source="interpreter: small tiles expose boundaries")
 
 
+@dataclass(frozen=True)
+class FusedDecodeConfig:
+    """Tiles of the fused decode kernel (`attention.triton`, DECODE_VARIANT "fused").
+
+    waves: split programs per SM to aim for (num_splits gets sm_count * waves; the split count still
+    depends only on B, Hkv, the cache CAPACITY and the SM count). group: splits merged by the first
+    merge level (a power of two); group >= splits means one level (the last arriving split program
+    merges all partials of its KV head).
+    """
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+    waves: int = 1
+    group: int = 8
+    source: str = "default, unmeasured"
+
+
+# Dh -> config. Unmeasured: Dh 256 starts from the split3 winner's tile (BN 64, 8 warps, 3 stages) at
+# one wave (32 splits at B=1, Hkv=4, 132 SMs) until bench/kernels.py --sections decode has run.
+DECODE_FUSED: dict[int, FusedDecodeConfig] = {
+    256: FusedDecodeConfig(64, 8, 3, 1, 8),
+    128: FusedDecodeConfig(64, 4, 3, 1, 8),
+    64: FusedDecodeConfig(64, 4, 3, 1, 8),
+}
+# interpreter: 16-key tiles, 4 waves of its 8 pretend SMs and merge groups of 2, so small test caches
+# see several splits, empty splits and both merge levels
+_INTERPRETER_FUSED = FusedDecodeConfig(16, 4, 1, 4, 2, source="interpreter: small tiles, two merge levels")
+
+
 def prefill_config(head_dim: int, interpreting: bool) -> AttentionConfig:
     if interpreting:
         return _INTERPRETER
@@ -45,3 +76,9 @@ def decode_config(head_dim: int, interpreting: bool) -> AttentionConfig:
     if interpreting:
         return _INTERPRETER
     return DECODE.get(head_dim) or AttentionConfig(16, 32, 4, 2, source="fallback")
+
+
+def fused_decode_config(head_dim: int, interpreting: bool) -> FusedDecodeConfig:
+    if interpreting:
+        return _INTERPRETER_FUSED
+    return DECODE_FUSED.get(head_dim) or FusedDecodeConfig(32, 4, 2, source="fallback")

@@ -11,6 +11,11 @@ Kernels:
   the NUM_SPLITS partials per (sequence, query head) and applies the output gate. NUM_SPLITS depends
   on (B, Hkv, S, SM count) only, never on the current length, so a captured CUDA graph stays valid;
   each split covers ceil(len / NUM_SPLITS) positions of the CURRENT length, read on the device.
+* `_decode_fused_kernel` (DECODE_VARIANT "fused"): the same split phase in ONE launch per layer. The
+  split covering position cache_lens[b] writes the new K/V row and takes that key from registers
+  (no program reads the row from the cache in this launch, so no write-read ordering is needed);
+  after storing its partials each program bumps an arrival counter and the last one merges (two
+  levels: groups of GROUP splits, then the groups), gates, writes o and zeroes the counter again.
 Interpreter note: under TRITON_INTERPRET=1 dots run on fp32 tiles (DOT_F32; triton 3.6.0's
 interpreter mis-computes bf16 tl.dot); GPU runs use bf16 operands and fp32 accumulators.
 """
@@ -18,18 +23,28 @@ interpreter mis-computes bf16 tl.dot); GPU runs use bf16 operands and fp32 accum
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
-from modeld.kernels.attention.configs import decode_config, prefill_config
+from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config
+from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
+                                                   decode_counter_buffer, reserve_decode_counters)
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 
 __all__ = ["attention_prefill", "attention_decode"]
 
 _LOG2E = 1.4426950408889634
+# Decode variant: "split3" = KV write + split + combine (three launches); "fused" = one launch.
+# $MODELD_ATTN_DECODE (read per call) overrides DECODE_VARIANT, so one process can A/B them. "fused" is
+# the default: on the H200 (27B, Hq 24, Hkv 4, Dh 256; certs/kernels-gemv-int4-mma-fused-decode-h200.json)
+# it took 16.6 -> 15.8 us at B1 8k, 40.2 -> 39.5 at B1 32k, 39.5 -> 38.1 at B4 8k, 69.2 -> 67.1 at B16 4k.
+DECODE_ENV = "MODELD_ATTN_DECODE"
+DECODE_VARIANTS = ("split3", "fused")
+DECODE_VARIANT = "fused"
 
 
 @triton.jit
@@ -242,7 +257,7 @@ def _sm_count(device: torch.device) -> int:
     return 8  # the interpreter: small, so tests see several splits
 
 
-def num_splits(batch: int, hkv: int, s_cap: int, block_n: int, sm_count: int) -> int:
+def num_splits(batch: int, hkv: int, s_cap: int, block_n: int, sm_count: int, max_splits: int = 64) -> int:
     """Splits per (sequence, KV head): a power of two filling about one wave of programs.
 
     Depends on the cache CAPACITY, never on the current length (CUDA-graph safe).
@@ -250,7 +265,15 @@ def num_splits(batch: int, hkv: int, s_cap: int, block_n: int, sm_count: int) ->
     want = max(1, sm_count // max(1, batch * hkv))
     splits = 1 << (want.bit_length() - 1)  # largest power of two <= want
     max_useful = 1 << max(0, (triton.cdiv(s_cap, block_n) - 1).bit_length())
-    return max(1, min(splits, 64, max_useful))
+    return max(1, min(splits, max_splits, max_useful))
+
+
+def decode_variant() -> str:
+    """The decode variant: $MODELD_ATTN_DECODE if set, else DECODE_VARIANT. Raises KernelValueError."""
+    variant = os.environ.get(DECODE_ENV, "") or DECODE_VARIANT
+    if variant not in DECODE_VARIANTS:
+        raise KernelValueError(f"{DECODE_ENV}={variant!r}: expected one of {', '.join(DECODE_VARIANTS)}")
+    return variant
 
 
 def attention_decode(
@@ -267,6 +290,9 @@ def attention_decode(
 
     MUTATES k_cache[b, cache_lens[b]] and v_cache[b, cache_lens[b]]. cache_lens is read on the device
     (no host sync); a value >= S is not checked here (its write is dropped and the read clamped).
+    The variant is decode_variant() ($MODELD_ATTN_DECODE / DECODE_VARIANT): "fused" also uses (and
+    may allocate, outside a capture) the arrival counters of the current stream and raises
+    DecodeWorkspaceError when a capture would need new ones (see reserve_decode_counters).
     """
     bf16 = (torch.bfloat16,)
     check_tensor("q", q, dtypes=bf16, shape=(None, None, None), contiguous=False)
@@ -289,6 +315,9 @@ def attention_decode(
     o = torch.empty((bsz, hq, dh), dtype=torch.bfloat16, device=device)
     if bsz == 0:
         return o
+    if decode_variant() == "fused":
+        _decode_fused(q, k, v, k_cache, v_cache, cache_lens, scale, gate, o)
+        return o
     _kv_write_kernel[(bsz, hkv)](
         k, v, k_cache, v_cache, cache_lens, 0, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), POS_FROM_PTR=True, HEAD_DIM=dh, num_warps=1)
@@ -307,3 +336,26 @@ def attention_decode(
         part_o, part_lse, g, o, hq, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
         NUM_SPLITS=splits, HEAD_DIM=dh, HAS_GATE=gate is not None, num_warps=4 if dh >= 128 else 2)
     return o
+
+
+def _decode_fused(q, k, v, k_cache, v_cache, cache_lens, scale, gate, o) -> None:
+    """One launch of `_decode_fused_kernel` (inputs already checked). MUTATES o, the caches, counters."""
+    bsz, hq, dh = q.shape
+    _, s_cap, hkv, _ = k_cache.shape
+    cfg = fused_decode_config(dh, interpreting())
+    splits = num_splits(bsz, hkv, s_cap, cfg.block_n, _sm_count(q.device) * cfg.waves, 256)
+    group = min(cfg.group, splits)
+    n_groups = splits // group
+    slots = splits + n_groups
+    part_o = torch.empty((bsz, hq, slots, dh), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((bsz, hq, slots), dtype=torch.float32, device=q.device)
+    counters = reserve_decode_counters(q.device, bsz * hkv * (n_groups + 1))
+    gqa = hq // hkv
+    g = gate if gate is not None else q
+    _decode_fused_kernel[(bsz * hkv, splits)](
+        q, k, v, g, k_cache, v_cache, cache_lens, part_o, part_lse, counters, o, scale * _LOG2E, s_cap, hkv, hq,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), g.stride(1),
+        o.stride(0), o.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        GQA=gqa, BLOCK_H=max(16, triton.next_power_of_2(gqa)), BLOCK_G=triton.next_power_of_2(gqa), HEAD_DIM=dh,
+        BLOCK_N=cfg.block_n, NUM_SPLITS=splits, GROUP=group, HAS_GATE=gate is not None, DOT_F32=interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)

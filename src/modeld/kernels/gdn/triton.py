@@ -1,6 +1,8 @@
 """Gated DeltaNet in Triton. Same functions, signatures and rounding as `reference.py` (the spec).
 
-* `gdn_decode`: one recurrent step per sequence (`_recurrent_kernels.py`), grid (Dv/BLOCK_V, Hv, B).
+* `gdn_decode`: one recurrent step per sequence (`_recurrent_kernels.py`), grid (Dv/BLOCK_V, Hv, B):
+  the token-loop kernel at n_steps = 1 (v1, default) or the one-reduction-level `_gdn_decode_kernel`
+  (v2), picked by DECODE_KERNEL / `MODELD_GDN_DECODE` (read per call).
 * `gdn_prefill`: the chunk-64 algorithm (`_chunk_kernels.py`): a parallel per-chunk prep launch
   (gates, l2norm, (I+L)⁻¹, U, W into fp32 scratch) and a sequential scan over chunks per
   (head, Dv slice) holding the state in registers. Heads wider than Dk = 128 (not qwen3_5's) take
@@ -21,12 +23,12 @@ import os
 import torch
 import triton
 
-from modeld.kernels._checks import check_same_device
+from modeld.kernels._checks import check_same_device, interpreting
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
 from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_state_kernel
-from modeld.kernels.gdn._recurrent_kernels import _gdn_recurrent_kernel
+from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
 from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs
 
 __all__ = ["gdn_decode", "gdn_prefill"]
@@ -42,6 +44,28 @@ MAX_DK_CHUNKED = 128
 DECODE_TILE = (16, 4)
 BATCH_TILE = (32, 4)
 LOOP_TILE = (32, 4)
+# one-token decode kernel: "v1" is the token-loop kernel above at n_steps = 1 (three serial reduction
+# levels over Dk); "v2" is `_gdn_decode_kernel` (one level: Sᵀk, Sᵀq, Σk², Σq², k·q from the loaded
+# values, then elementwise). $MODELD_GDN_DECODE (read per call) overrides DECODE_KERNEL, so one process
+# can A/B them (knowledge: optimizations/gdn-decode-latency.md). v2's tiles (BLOCK_V, num_warps) for
+# B = 1 and B > 1: at num_warps = 1 a program's Dk reductions are warp shuffles only (no shared memory,
+# no barrier); with more warps the warps split Dk and reduce through shared memory.
+DECODE_ENV = "MODELD_GDN_DECODE"
+DECODE_VERSIONS = ("v1", "v2")
+# H200, one run (certs/kernels-gdn-decode-v2-h200.json, 27B sizes, graph replays): B = 1 v1 4.0 us ->
+# v2 (16, 1) 3.6 us (0.38 -> 0.42 of the byte floor; an empty launch of the same grid takes 1.2 us, so
+# a standalone kernel tops out near 0.56 there); B = 8 17.8 -> 16.7 us with (32, 4) (0.69 -> 0.74);
+# B = 32 59.5 -> 60.1 (32, 4) / 58.2 (32, 2) us (0.82 / 0.84).
+DECODE_KERNEL = "v2"
+V2_DECODE_TILE = (16, 1)
+V2_BATCH_TILE = (32, 4)
+# v2 issues its loads as volatile so that ptxas keeps them ahead of all math (see the kernel's docstring)
+V2_VOLATILE_LOADS = True
+# v2 programmatic dependent launch (`_gdn_decode_kernel`'s PDL): 0 off, 1 overlap the launch with the
+# previous kernel, 2 also load the state before waiting for it (only when the kernel just before the
+# decode does not write the state). Off: alone (its neighbours launched without PDL) it measured slower
+# at B = 1 (pdl1 4.2 us, pdl2 4.0 us, off 3.6 us). Ignored in the interpreter.
+V2_PDL = 0
 # tl.dot precision of the chunked prefill on the GPU: "tf32" (tensor cores, ~1e-3 relative) or "ieee"
 DOT_PRECISION = "tf32"
 # v2 chunked prefill: env switch and tiles. The state pass is sequential over chunks, so its
@@ -67,6 +91,38 @@ def chunk_version() -> str:
     if version not in CHUNK_VERSIONS:
         raise KernelValueError(f"{CHUNK_ENV}={version!r}: expected one of {', '.join(CHUNK_VERSIONS)}")
     return version
+
+
+def decode_version() -> str:
+    """The decode kernel: $MODELD_GDN_DECODE if set, else DECODE_KERNEL. Raises KernelValueError."""
+    version = os.environ.get(DECODE_ENV) or DECODE_KERNEL
+    if version not in DECODE_VERSIONS:
+        raise KernelValueError(f"{DECODE_ENV}={version!r}: expected one of {', '.join(DECODE_VERSIONS)}")
+    return version
+
+
+def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
+    """One token per sequence by `_gdn_decode_kernel`, grid (Dv/BLOCK_V, Hv, B). Mutates state.
+    The interpreter gets the five-tl.sum form of the kernel's reduction (FUSED_REDUCE=False: its
+    multi-operand tl.reduce runs element by element in Python); compiled kernels get the fused one."""
+    B, Hk, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    _check_dims(Dk, Dv)
+    o = torch.empty((B, Hv, Dv), dtype=v.dtype, device=v.device)
+    if B == 0 or Hv == 0 or Dv == 0:
+        return o
+    tile_v, warps = V2_BATCH_TILE if B > 1 else V2_DECODE_TILE
+    block_v = min(tile_v, triton.next_power_of_2(Dv))
+    interp = interpreting()
+    pdl = 0 if interp else V2_PDL
+    launch = dict(launch_pdl=True) if pdl else {}
+    _gdn_decode_kernel[(triton.cdiv(Dv, block_v), Hv, B)](
+        q, k, v, a, b, A_log, dt_bias, state, o,
+        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv, Dk**-0.5,
+        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=triton.next_power_of_2(Dk), BLOCK_V=block_v,
+        VOLATILE=V2_VOLATILE_LOADS, FUSED_REDUCE=not interp, PDL=pdl, num_warps=warps, **launch,
+    )
+    return o
 
 
 def _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq, n_steps):
@@ -149,10 +205,12 @@ def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     A_log, dt_bias [Hv]; state [B, Hv, Dk, Dv] fp32.
 
     Returns o [B, Hv, Dv] in v's dtype. Mutates `state` in place (the updated recurrent state).
-    Raises KernelInputError subclasses.
+    Raises KernelInputError subclasses (KernelValueError for a bad $MODELD_GDN_DECODE).
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=True)
     check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state)
+    if decode_version() == "v2":
+        return _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state)
     return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=q.shape[0], n_steps=1)
 
 

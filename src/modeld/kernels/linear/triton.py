@@ -42,9 +42,11 @@ from modeld.kernels._tl import grouped_tile
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
+from modeld.kernels.linear import gemv_mma as _gemv_mma
 from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
+from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 from modeld.kernels.linear.configs import GEMV_TUNED, TileConfig, pick, pick_gemv
 
@@ -263,6 +265,12 @@ def _sm(device: torch.device) -> int:
     return 10 * major + minor
 
 
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # offline compiles and the interpreter: size grids like the H200
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _check_common(x: torch.Tensor, out_dtype: torch.dtype) -> None:
     check_tensor("x", x, dtypes=(torch.bfloat16,), shape=(None, None))
     if out_dtype not in (torch.bfloat16, torch.float32):
@@ -315,6 +323,11 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
+    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.serves(sm, swiglu, n, k)
+            and _gemv_mma.usable(x, w, group)):
+        mcfg = _gemv_mma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
+        return _gemv_mma.launch_int4_mma(x, w, ws, wm, y, swiglu, group, mcfg, kernel=_gemv_int4_mma_kernel,
+                                         finish=_gemv_finish_kernel)
     if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(
             _FMT_NAMES[fmt], x, w, group, tuned=(sm, _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
         gcfg = pick_gemv(sm, _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())

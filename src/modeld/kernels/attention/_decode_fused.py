@@ -1,0 +1,229 @@
+"""Fused split-KV decode attention (`attention.triton`'s DECODE_VARIANT "fused"): the kernel and its
+arrival counters, kept apart from the three-launch path.
+
+`_decode_fused_kernel` runs the split phase of flash-decoding in ONE launch per layer: the split
+covering position cache_lens[b] writes the new K/V row and takes that key from registers (no program
+of the launch reads that row from the cache, so no write-read ordering is needed); after storing its
+partials each program bumps an arrival counter (acq_rel, gpu scope) and the last one merges (two
+levels: groups of GROUP splits, then the groups), gates, writes o and zeroes the counter again, so a
+captured CUDA graph replays from zero. KNOWLEDGE/optimizations/decode-attention-fused-launch.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels.errors import KernelError
+
+__all__ = ["DecodeWorkspaceError", "reserve_decode_counters", "decode_counter_buffer"]
+
+
+class DecodeWorkspaceError(KernelError):
+    """The fused decode needs a larger arrival-counter buffer while a CUDA graph is being captured."""
+
+
+@triton.jit
+def _merge_slots(po_ptr, plse_ptr, hrow, g_ok, first, COUNT: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_G: tl.constexpr):
+    """Merge partial slots first..first+COUNT-1 of the rows hrow ([BLOCK_G] slot-row bases) -> (o, lse).
+
+    Unrolled, with every load independent of the running state, so the loads of all slots can be in
+    flight together (the merge is L2 latency bound). An empty slot has lse = -inf and weight 0.
+    """
+    d = tl.arange(0, HEAD_DIM)
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_s = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
+    for i in tl.static_range(COUNT):
+        row = hrow + first + i
+        lse = tl.load(plse_ptr + row, mask=g_ok, other=float("-inf"))
+        part = tl.load(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], mask=g_ok[:, None], other=0.0)
+        m_new = tl.maximum(m, lse)
+        fin = m_new > float("-inf")  # both -inf: exp2(nan) guarded
+        a = tl.where(fin, tl.exp2(m - m_new), 0.0)
+        w = tl.where(fin, tl.exp2(lse - m_new), 0.0)
+        acc = acc * a[:, None] + part * w[:, None]
+        l_s = l_s * a + w
+        m = m_new
+    has = l_s > 0
+    o = tl.where(has[:, None], acc / tl.where(has, l_s, 1.0)[:, None], 0.0)
+    return o, tl.where(has, m + tl.log2(tl.where(has, l_s, 1.0)), float("-inf"))
+
+
+@triton.jit
+def _gate_store(o, g_ptr, o_ptr, b, heads, g_ok, stride_gb, stride_gh, stride_ob, stride_oh,
+                HEAD_DIM: tl.constexpr, HAS_GATE: tl.constexpr):
+    d = tl.arange(0, HEAD_DIM)
+    if HAS_GATE:
+        g = tl.load(g_ptr + b * stride_gb + heads[:, None] * stride_gh + d[None, :], mask=g_ok[:, None], other=0.0)
+        o = o * tl.sigmoid(g.to(tl.float32))
+    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :], o.to(tl.bfloat16), mask=g_ok[:, None])
+
+
+@triton.jit
+def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, po_ptr, plse_ptr, cnt_ptr, o_ptr,
+                         qk_scale, S, HKV, HQ, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
+                         stride_gb, stride_gh, stride_ob, stride_oh, stride_cb, stride_cs, stride_ch,
+                         GQA: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, GROUP: tl.constexpr,
+                         HAS_GATE: tl.constexpr, DOT_F32: tl.constexpr):
+    NG: tl.constexpr = NUM_SPLITS // GROUP  # merge groups; partial slots [NUM_SPLITS splits | NG groups]
+    SLOTS: tl.constexpr = NUM_SPLITS + NG
+    bk = tl.program_id(0)  # b * Hkv + kv head
+    split = tl.program_id(1)
+    b = bk // HKV
+    kvh = bk % HKV
+    pos = tl.load(lens_ptr + b)  # the new token's position; >= S: no write, the cache read is clamped
+    kv_len = tl.minimum(pos + 1, S)
+    chunk = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N  # same split bounds as split3
+    s0 = split * chunk
+    s1 = tl.minimum(s0 + chunk, kv_len)
+    e1 = tl.minimum(s1, pos)  # cache rows s0..e1-1; row pos (if < S) comes from k/v, not the cache
+    hh = tl.arange(0, BLOCK_H)
+    h_ok = hh < GQA
+    heads = kvh * GQA + hh
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=h_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
+    base = b.to(tl.int64) * stride_cb + kvh * stride_ch
+    for n0 in range(s0, e1, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < e1
+        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale
+        s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    # The split owning the new token (pos < s1 <= S) writes it and attends to it from REGISTERS: a
+    # store-barrier-reload would race the loop's cp.async prefetch (issued stages ahead of use) and
+    # cost a round trip; the loop above stops at pos, so no program of this launch reads that row.
+    if (s0 <= pos) & (pos < s1):
+        kn = tl.load(k_ptr + b * stride_kb + kvh * stride_kh + d)
+        vn = tl.load(v_ptr + b * stride_vb + kvh * stride_vh + d)
+        dst = base + pos.to(tl.int64) * stride_cs + d
+        tl.store(kc_ptr + dst, kn)
+        tl.store(vc_ptr + dst, vn)
+        s_new = tl.sum(q.to(tl.float32) * kn.to(tl.float32)[None, :], axis=1) * qk_scale  # [BLOCK_H]
+        m_new = tl.maximum(m_i, s_new)
+        alpha = tl.exp2(m_i - m_new)  # m_i = -inf (no cache rows here) gives 0
+        p = tl.exp2(s_new - m_new)
+        l_i = l_i * alpha + p
+        acc = acc * alpha[:, None] + p[:, None] * vn.to(tl.float32)[None, :]
+        m_i = m_new
+    has = l_i > 0  # an empty split (s0 >= kv_len) leaves l = 0 and contributes weight 0
+    o = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    row = (b * HQ + heads) * SLOTS + split  # partials [B, Hq, SLOTS, (Dh)]
+    tl.store(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], o, mask=h_ok[:, None])
+    tl.store(plse_ptr + row, lse, mask=h_ok)
+    # Arrival: every thread's partial stores are ordered before thread 0's release by the CTA
+    # barrier; the merger's acquire (same atomic, gpu scope) then sees all of them.
+    hg = tl.arange(0, BLOCK_G)
+    g_ok = hg < GQA
+    heads_g = kvh * GQA + hg
+    hrow = (b * HQ + heads_g) * SLOTS
+    grp = split // GROUP
+    cnt = cnt_ptr + bk * (NG + 1)  # [NG group counters | 1 top counter] per (b, kv head)
+    tl.debug_barrier()
+    if tl.atomic_add(cnt + grp, 1, sem="acq_rel", scope="gpu") == GROUP - 1:
+        tl.store(cnt + grp, 0)  # every split of the group has arrived: re-arm for the next launch
+        o_g, lse_g = _merge_slots(po_ptr, plse_ptr, hrow, g_ok, grp * GROUP, GROUP, HEAD_DIM, BLOCK_G)
+        if NG == 1:
+            _gate_store(o_g, g_ptr, o_ptr, b, heads_g, g_ok, stride_gb, stride_gh, stride_ob, stride_oh,
+                        HEAD_DIM, HAS_GATE)
+        else:
+            tl.store(po_ptr + (hrow + NUM_SPLITS + grp)[:, None].to(tl.int64) * HEAD_DIM + d[None, :], o_g,
+                     mask=g_ok[:, None])
+            tl.store(plse_ptr + hrow + NUM_SPLITS + grp, lse_g, mask=g_ok)
+            tl.debug_barrier()
+            if tl.atomic_add(cnt + NG, 1, sem="acq_rel", scope="gpu") == NG - 1:
+                tl.store(cnt + NG, 0)
+                o_f, _ = _merge_slots(po_ptr, plse_ptr, hrow, g_ok, NUM_SPLITS, NG, HEAD_DIM, BLOCK_G)
+                _gate_store(o_f, g_ptr, o_ptr, b, heads_g, g_ok, stride_gb, stride_gh, stride_ob, stride_oh,
+                            HEAD_DIM, HAS_GATE)
+
+
+# ------------------------------------------------------------------ fused decode: arrival counters
+# int32 counters, zero between launches (the last arriving program re-zeroes its own), one buffer per
+# (device, stream): kernels on one stream never overlap, so callers on different streams never share
+# a counter. A captured graph keeps the address of its capture stream's buffer, so buffers are never
+# freed (outgrown ones move to _RETIRED) and never allocated during a capture: a capture takes a
+# spare zeroed while not capturing (every eager allocation leaves one), else raises
+# DecodeWorkspaceError. StepGraph warms up on a side stream and captures on another one; the warm-up
+# leaves the spare the capture takes.
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+_SPARES: dict[str, list[torch.Tensor]] = {}
+_RETIRED: list[torch.Tensor] = []
+_MIN_COUNTERS = 1024
+
+
+def _stream_key(device: torch.device, stream=None) -> tuple[str, int]:
+    if device.type != "cuda":
+        return (str(device), 0)
+    if device.index is None:  # "cuda" and "cuda:0" must name one buffer (tensors report cuda:N)
+        device = torch.device("cuda", torch.cuda.current_device())
+    return (str(device), (stream or torch.cuda.current_stream(device)).cuda_stream)
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def reserve_decode_counters(device: torch.device, n: int, stream=None) -> torch.Tensor:
+    """Make the counter buffer of (device, stream) (default: current stream) hold >= n counters, plus
+    a spare of the same size for a later capture on another stream; return the buffer.
+
+    MUTATES the module's counter tables. Call it before capturing a graph whose B*Hkv*(groups + 1)
+    exceeds what earlier eager calls needed. During a capture it never allocates: it hands the stream
+    a reserved spare, or raises DecodeWorkspaceError when no spare is large enough.
+    """
+    key = _stream_key(device, stream)
+    buf = _COUNTERS.get(key)
+    if buf is not None and buf.numel() >= n:
+        return buf
+    capturing = _capturing(device)
+    spares = _SPARES.setdefault(key[0], [])
+    fit = [t for t in spares if t.numel() >= n]
+    if capturing:
+        if not fit:
+            raise DecodeWorkspaceError(
+                f"fused attention_decode needs {n} arrival counters on {key[0]} but none are reserved for this "
+                f"capture: run one eager attention_decode of the same batch first or call "
+                f"reserve_decode_counters(device, {n}) before capturing")
+        spares.remove(fit[0])
+        new = fit[0]
+    else:
+        size = max(_MIN_COUNTERS, 1 << (n - 1).bit_length())
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            new = torch.zeros(size, dtype=torch.int32, device=device)
+            if not fit:
+                spares.append(torch.zeros(size, dtype=torch.int32, device=device))
+    if buf is not None:
+        _RETIRED.append(buf)  # a captured graph may still address it
+    _COUNTERS[key] = new
+    return new
+
+
+def decode_counter_buffer(device: torch.device, stream=None) -> torch.Tensor | None:
+    """The counter buffer of (device, stream) if one exists (tests check it is all zero)."""
+    return _COUNTERS.get(_stream_key(device, stream))
