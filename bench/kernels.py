@@ -39,7 +39,7 @@ ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
-DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma")
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "gemv-split-finish")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -436,7 +436,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
             "sweep-attention", "sweep-gemm")
 
 
@@ -481,6 +481,8 @@ def dry_run(args) -> int:
         S.sweep_gemv_ba(2, gen)
     if "sweep-gemv-mma" in sections:
         S.sweep_gemv_mma(2, gen, dry=True)
+    if "gemv-split-finish" in sections:
+        S.gemv_split_finish(2, gen)
     errors = [r for r in ROWS if "error" in r]
     print(f"dry run: {len(ROWS)} rows, {len(errors)} errors -> {os.path.join(OUT, 'kernels.json')}")
     return 1 if errors or not ROWS else 0
@@ -540,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         S.sweep_gemv_ba(reps, gen)
     if "sweep-gemv-mma" in sections:
         S.sweep_gemv_mma(reps, gen)
+    if "gemv-split-finish" in sections:
+        S.gemv_split_finish(reps, gen)
     if "skinny" in sections:
         for label, n, k, sw in LINEAR_SHAPES[:2]:
             for fmt in ("bf16", "fp8", "int4g128"):

@@ -136,3 +136,45 @@ def sweep_gemv_ba(reps, gen):
     finally:
         configs._gemv_default = saved
     K.bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, variant="v1", baseline=True)
+
+
+def gemv_split_finish(reps, gen):
+    """Split-K finish A/B: at every configs.GEMV_TUNED entry with split_k > 1 (v2) and every
+    gemv_mma.MMA_TUNED entry with split_k > 1 (tensor-core int4), the two-launch finish
+    (`_gemv_finish_kernel`, rows [finish kernel]) beside the last-arriver finish inside the GEMV launch
+    (rows [finish fused]), interleaved per shape so both see the same clocks; cuBLAS bf16 beside the
+    kernel row. MODELD_GEMV_SPLIT_FINISH is set per case and restored. Under --dry-run the tuned
+    config is forced onto the tiny CPU shapes (the interpreter's own config has no split)."""
+    import os
+
+    from modeld.kernels.linear import configs, gemv, gemv_mma
+    from modeld.kernels.linear import triton as lin
+    labels = {(17408, 5120, True): "mlp gate+up swiglu", (5120, 17408, False): "mlp down",
+              (16384, 5120, False): "gdn in_proj qkv+z", (14336, 5120, False): "attn q+gate,k,v",
+              (5120, 6144, False): "o_proj/out_proj", (96, 5120, False): "gdn ba"}  # K.LINEAR_SHAPES + gdn.ba
+    cases = [(fmt, sw, n, k, cfg, "v2") for (sm, fmt, sw, n, k), cfg in configs.GEMV_TUNED.items()
+             if sm == 90 and cfg.split_k > 1]
+    cases += [("int4", sw, n, k, cfg, "mma") for (sm, sw, n, k), cfg in gemv_mma.MMA_TUNED.items()
+              if sm == 90 and cfg.split_k > 1]
+    saved_env = os.environ.get(gemv.SPLIT_FINISH_ENV)
+    saved_pick, saved_mma_pick = lin.pick_gemv, gemv_mma.pick
+    try:
+        for fmt, sw, n, k, cfg, variant in cases:
+            label = labels.get((n, k, sw), f"N{n} K{k}")
+            if K.DEV == "cpu":  # --dry-run: a tiny shape of the same kind, the tuned tile forced on it
+                n, k = (24, 256) if sw else (20, 384)
+            lin.pick_gemv = lambda *a, _c=cfg: _c
+            if variant == "mma":
+                gemv_mma.pick = lambda *a, _c=cfg: _c
+            for mode in ("kernel", "fused"):
+                os.environ[gemv.SPLIT_FINISH_ENV] = mode
+                K.bench_linear(1, "int4g128" if fmt == "int4" else fmt, label, n, k, sw, reps, gen,
+                               tag=f" [finish {mode}] [split {cfg.split_k}]", variant=variant,
+                               baseline=mode == "kernel")
+            gemv_mma.pick = saved_mma_pick
+    finally:
+        lin.pick_gemv, gemv_mma.pick = saved_pick, saved_mma_pick
+        if saved_env is None:
+            os.environ.pop(gemv.SPLIT_FINISH_ENV, None)
+        else:
+            os.environ[gemv.SPLIT_FINISH_ENV] = saved_env

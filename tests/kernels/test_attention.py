@@ -16,7 +16,7 @@ import torch
 from modeld.kernels._testing import assert_close, poison
 from modeld.kernels.attention import configs as acfg
 from modeld.kernels.attention import reference as ref
-from modeld.kernels.attention import _decode_fused as fz
+from modeld.kernels import _arrival as ar
 from modeld.kernels.attention import triton as tt
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 
@@ -147,26 +147,27 @@ def test_fused_counters_grow_and_keep_old_buffers(device, monkeypatch):
     first = tt.reserve_decode_counters(dev, 8)
     assert tt.reserve_decode_counters(dev, 8) is first
     bigger = tt.reserve_decode_counters(dev, first.numel() + 1)
-    assert bigger.numel() > first.numel() and any(t is first for t in fz._RETIRED)
+    assert bigger.numel() > first.numel() and any(t is first for t in ar._RETIRED)
     assert tt.decode_counter_buffer(dev) is bigger and int(bigger.count_nonzero()) == 0
-    assert any(t.numel() >= bigger.numel() and int(t.count_nonzero()) == 0 for t in fz._SPARES[str(dev)])
+    spares = ar._SPARES[("attention-decode", str(dev))]
+    assert any(t.numel() >= bigger.numel() and int(t.count_nonzero()) == 0 for t in spares)
 
 
 def test_fused_counters_during_a_capture(monkeypatch):
     """Logic of the capture path (simulated: stream keys and the capture flag patched): a capture
     claims the spare an eager allocation left, never allocates, and raises when no spare fits."""
-    monkeypatch.setattr(fz, "_COUNTERS", {})
-    monkeypatch.setattr(fz, "_SPARES", {})
+    monkeypatch.setattr(ar, "_COUNTERS", {})
+    monkeypatch.setattr(ar, "_SPARES", {})
     stream = {"now": 1, "capturing": False}
-    monkeypatch.setattr(fz, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
-    monkeypatch.setattr(fz, "_capturing", lambda device: stream["capturing"])
+    monkeypatch.setattr(ar, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
+    monkeypatch.setattr(ar, "_capturing", lambda device: stream["capturing"])
     dev = torch.device("cpu")
     eager = tt.reserve_decode_counters(dev, 40)  # warm-up on side stream 1: buffer + spare
-    spare = fz._SPARES["cpu"][0]
+    spare = ar._SPARES[("attention-decode", "cpu")][0]
     assert spare is not eager and spare.numel() >= 40
     stream.update(now=2, capturing=True)  # capture on stream 2 takes the spare
     monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("allocated during a capture"))
-    assert tt.reserve_decode_counters(dev, 40) is spare and not fz._SPARES["cpu"]
+    assert tt.reserve_decode_counters(dev, 40) is spare and not ar._SPARES[("attention-decode", "cpu")]
     stream.update(now=3)
     with pytest.raises(tt.DecodeWorkspaceError, match="reserve_decode_counters"):
         tt.reserve_decode_counters(dev, 40)
@@ -280,7 +281,7 @@ def test_gpu_fused_decode_in_a_cuda_graph(gen, device, monkeypatch):
         want = _ref_decode(q, k, v, kc_ref, vc_ref, now, dh**-0.5, gate)
         assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), f"cache rows differ (replay {step})"
         assert_close(out, want, what=f"graph replay {step}")
-    for buf in list(fz._COUNTERS.values()):
+    for buf in list(ar._COUNTERS.values()):
         assert int(buf.count_nonzero()) == 0
 
 

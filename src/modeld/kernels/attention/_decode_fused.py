@@ -11,18 +11,16 @@ captured CUDA graph replays from zero. KNOWLEDGE/optimizations/decode-attention-
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
-from modeld.kernels.errors import KernelError
+from modeld.kernels import _arrival
 
 __all__ = ["DecodeWorkspaceError", "reserve_decode_counters", "decode_counter_buffer"]
 
 
-class DecodeWorkspaceError(KernelError):
+class DecodeWorkspaceError(_arrival.ArrivalWorkspaceError):
     """The fused decode needs a larger arrival-counter buffer while a CUDA graph is being captured."""
 
 
@@ -164,66 +162,24 @@ def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, p
 
 
 # ------------------------------------------------------------------ fused decode: arrival counters
-# int32 counters, zero between launches (the last arriving program re-zeroes its own), one buffer per
-# (device, stream): kernels on one stream never overlap, so callers on different streams never share
-# a counter. A captured graph keeps the address of its capture stream's buffer, so buffers are never
-# freed (outgrown ones move to _RETIRED) and never allocated during a capture: a capture takes a
-# spare zeroed while not capturing (every eager allocation leaves one), else raises
-# DecodeWorkspaceError. StepGraph warms up on a side stream and captures on another one; the warm-up
-# leaves the spare the capture takes.
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-_SPARES: dict[str, list[torch.Tensor]] = {}
-_RETIRED: list[torch.Tensor] = []
-_MIN_COUNTERS = 1024
-
-
-def _stream_key(device: torch.device, stream=None) -> tuple[str, int]:
-    if device.type != "cuda":
-        return (str(device), 0)
-    if device.index is None:  # "cuda" and "cuda:0" must name one buffer (tensors report cuda:N)
-        device = torch.device("cuda", torch.cuda.current_device())
-    return (str(device), (stream or torch.cuda.current_stream(device)).cuda_stream)
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+# The counter workspace (per (device, stream), never allocated during a capture, zeroed spares) lives
+# in kernels/_arrival.py under the name "attention-decode"; these wrappers keep the public names.
+_NAME = "attention-decode"
 
 
 def reserve_decode_counters(device: torch.device, n: int, stream=None) -> torch.Tensor:
-    """Make the counter buffer of (device, stream) (default: current stream) hold >= n counters, plus
-    a spare of the same size for a later capture on another stream; return the buffer.
+    """Make the attention counter buffer of (device, stream) (default: current stream) hold >= n
+    counters, plus a spare of the same size for a later capture on another stream; return the buffer.
 
-    MUTATES the module's counter tables. Call it before capturing a graph whose B*Hkv*(groups + 1)
+    MUTATES `_arrival`'s counter tables. Call it before capturing a graph whose B*Hkv*(groups + 1)
     exceeds what earlier eager calls needed. During a capture it never allocates: it hands the stream
     a reserved spare, or raises DecodeWorkspaceError when no spare is large enough.
     """
-    key = _stream_key(device, stream)
-    buf = _COUNTERS.get(key)
-    if buf is not None and buf.numel() >= n:
-        return buf
-    capturing = _capturing(device)
-    spares = _SPARES.setdefault(key[0], [])
-    fit = [t for t in spares if t.numel() >= n]
-    if capturing:
-        if not fit:
-            raise DecodeWorkspaceError(
-                f"fused attention_decode needs {n} arrival counters on {key[0]} but none are reserved for this "
-                f"capture: run one eager attention_decode of the same batch first or call "
-                f"reserve_decode_counters(device, {n}) before capturing")
-        spares.remove(fit[0])
-        new = fit[0]
-    else:
-        size = max(_MIN_COUNTERS, 1 << (n - 1).bit_length())
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            new = torch.zeros(size, dtype=torch.int32, device=device)
-            if not fit:
-                spares.append(torch.zeros(size, dtype=torch.int32, device=device))
-    if buf is not None:
-        _RETIRED.append(buf)  # a captured graph may still address it
-    _COUNTERS[key] = new
-    return new
+    return _arrival.reserve(_NAME, device, n, stream, error=DecodeWorkspaceError,
+                            hint=f"run one eager attention_decode of the same batch first or call "
+                                 f"reserve_decode_counters(device, {n}) before capturing")
 
 
 def decode_counter_buffer(device: torch.device, stream=None) -> torch.Tensor | None:
-    """The counter buffer of (device, stream) if one exists (tests check it is all zero)."""
-    return _COUNTERS.get(_stream_key(device, stream))
+    """The attention counter buffer of (device, stream) if one exists (tests check it is all zero)."""
+    return _arrival.counter_buffer(_NAME, device, stream)

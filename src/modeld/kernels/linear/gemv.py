@@ -44,11 +44,57 @@ import torch
 import triton
 import triton.language as tl
 
+from modeld.kernels import _arrival
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 
-__all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "usable", "launch_gemv"]  # kernels: _gemv_*_kernel
+__all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError",
+           "split_finish", "reserve_split_counters", "split_counter_buffer", "usable",
+           "launch_gemv"]  # kernels: _gemv_*_kernel
+
+# How split-K (cfg.split_k > 1) partials are finished: "kernel" = a second launch (`_gemv_finish_kernel`),
+# "fused" = the last arriving program of each row block sums them inside the GEMV launch (one graph
+# node less; bit-identical results: same split order), "auto" (default) = fused for N <= FUSED_MAX_N,
+# else kernel. Env override MODELD_GEMV_SPLIT_FINISH, read on every call. H200 A/B (one run,
+# KNOWLEDGE/optimizations/gemv-split-k-fused-finish.md): fused won at N <= 5120 (gdn.ba 4.3 -> 3.1 us,
+# fp8 o_proj 11.8 -> 11.4, fp8 down 26.1 -> 25.6, bf16 down 44.7 -> 44.2; int4 down 25.2 / 25.5) and
+# lost at N >= 14336 with split 2 (fp8 gate+up 48.5 -> 52.2, int4 attn.qkv 22.8 -> 24.7): there the
+# last arriver's serial finish is a longer tail than a second, fully parallel launch.
+SPLIT_FINISH = "auto"
+FUSED_MAX_N = 5120
+SPLIT_FINISH_ENV = "MODELD_GEMV_SPLIT_FINISH"
+_COUNTER_NAME = "gemv-split"
+
+
+class GemvWorkspaceError(_arrival.ArrivalWorkspaceError):
+    """The fused split-K finish needs more arrival counters than were reserved before a CUDA-graph capture."""
+
+
+def split_finish(n: int | None = None) -> str:
+    """The split-K finish for an N-row output: MODELD_GEMV_SPLIT_FINISH if set, else SPLIT_FINISH;
+    "auto" resolves to "fused" for n <= FUSED_MAX_N (n None: "auto" itself). Raises KernelValueError
+    for any other value than "kernel" / "fused" / "auto"."""
+    v = os.environ.get(SPLIT_FINISH_ENV, SPLIT_FINISH)
+    if v not in ("kernel", "fused", "auto"):
+        raise KernelValueError(f"{SPLIT_FINISH_ENV}={v!r}: expected 'kernel', 'fused' or 'auto'")
+    if v == "auto" and n is not None:
+        return "fused" if n <= FUSED_MAX_N else "kernel"
+    return v
+
+
+def reserve_split_counters(device: torch.device, n: int, stream=None) -> torch.Tensor:
+    """Make the fused finish's counter buffer of (device, stream) hold >= n zeroed counters (one per row
+    block of a launch) plus a spare for a later capture; return it. MUTATES `_arrival`'s tables; during a
+    capture it only claims a spare, else raises GemvWorkspaceError."""
+    return _arrival.reserve(_COUNTER_NAME, device, n, stream, error=GemvWorkspaceError,
+                            hint=f"run the GEMV once eagerly (fused split finish) or call "
+                                 f"gemv.reserve_split_counters(device, {n}) before capturing")
+
+
+def split_counter_buffer(device: torch.device, stream=None) -> torch.Tensor | None:
+    """The fused finish's counter buffer of (device, stream) if one exists (tests check it is all zero)."""
+    return _arrival.counter_buffer(_COUNTER_NAME, device, stream)
 
 # Formats the v2 GEMV serves: all three. With the entries of configs.GEMV_TUNED, v2 beat v1 at all
 # five 27B decode shapes for every format on the H200 (KNOWLEDGE/optimizations/gemv-v2-tuned-split-k.md;
@@ -137,9 +183,9 @@ def _row_tiles(up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, stride_w, stride_s, up_offset, magic,
-                      SWIGLU: tl.constexpr, WG: tl.constexpr, NGS: tl.constexpr, BLOCK_N: tl.constexpr,
-                      SPLIT: tl.constexpr):
+def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NG, GPS, stride_w, stride_s, up_offset,
+                      magic, SWIGLU: tl.constexpr, WG: tl.constexpr, NGS: tl.constexpr, BLOCK_N: tl.constexpr,
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr):
     # y[n] = sum_g sum_j [(128 s) p + (m - 128 s) xw]  (module docstring); one program = BLOCK_N rows,
     # stepping NGS groups (NGS * WG int32 words) per row per step. x_ptr/w_ptr are int32 views.
     # Tiles are [NGS, BN, WG]: Triton gives threads to dim 2 (16-byte vectors) and then dim 0, so
@@ -148,7 +194,7 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, s
     # (offline SASS: 5.8 -> 4.6 loop instructions per weight; Triton would not give one thread more
     # rows of a single bigger tile without dropping the 16-byte vectors).
     # Split-K (SPLIT > 1): program (pid, pid_k) sums groups [pid_k * GPS, min(NG, (pid_k + 1) * GPS))
-    # and writes fp32 partials; _gemv_finish_kernel adds them up.
+    # and writes fp32 partials; _gemv_finish_kernel (or, FUSED, the row block's last program) adds them up.
     pid_k = tl.program_id(1)
     g_lo = pid_k * GPS
     g_hi = tl.minimum(NG, g_lo + GPS)
@@ -181,15 +227,16 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, s
         wg, sg, cg = wg_n, sg_n, cg_n
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0)  # [BN]
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
-    _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
+    _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N, FUSED)
 
 
 @triton.jit
-def _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU: tl.constexpr, SPLIT: tl.constexpr,
-              BLOCK_N: tl.constexpr):
+def _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU: tl.constexpr, SPLIT: tl.constexpr,
+              BLOCK_N: tl.constexpr, FUSED: tl.constexpr):
     """Store the two tiles' sums g, u [BN] (fp32, fp8 scale applied): y directly (SPLIT == 1), else
     fp32 partials part[pid_k, :] of [SPLIT, 2N]: SWIGLU g at rows, u at N + rows; plain g at rows,
-    u at rows + BLOCK_N (the program's second row tile)."""
+    u at rows + BLOCK_N (the program's second row tile). FUSED: the last of the SPLIT programs of this
+    row block also finishes its rows (`_split_finish`)."""
     if SPLIT == 1:
         if SWIGLU:
             tl.store(y_ptr + rows, (g * tl.sigmoid(g) * u).to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -203,21 +250,49 @@ def _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU: tl.constexpr, SPLIT
             tl.store(base + N + rows, u, mask=rows < N)
         else:
             tl.store(base + rows + BLOCK_N, u, mask=rows + BLOCK_N < N)
+        if FUSED:
+            if SWIGLU:
+                _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, True, False, BLOCK_N)
+            else:
+                _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, False, True, BLOCK_N)
 
 
 @triton.jit
-def _gemv_finish_kernel(part_ptr, y_ptr, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
-    # y[n] = sum_s part[s, n] (SWIGLU: silu(that) * sum_s part[s, N + n]); part is fp32 [SPLIT, 2N].
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _finish_rows(part_ptr, y_ptr, offs, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
+    """y[offs] = sum_s part[s, offs] in split order (SWIGLU: silu(that) * sum_s part[s, N + offs]).
+    The ONE summation both finishes use, so the fused and the two-launch paths are bit-identical."""
     mask = offs < N
-    g = tl.zeros([BLOCK], dtype=tl.float32)
-    u = tl.zeros([BLOCK], dtype=tl.float32)
+    g = tl.zeros(offs.shape, dtype=tl.float32)
+    u = tl.zeros(offs.shape, dtype=tl.float32)
     for sp in tl.static_range(SPLIT):
         g += tl.load(part_ptr + sp * 2 * N + offs, mask=mask, other=0.0)
         if SWIGLU:
             u += tl.load(part_ptr + sp * 2 * N + N + offs, mask=mask, other=0.0)
     out = g * tl.sigmoid(g) * u if SWIGLU else g
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr,
+                  TWO_TILES: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Last-arriver split-K finish of row block program_id(0) (called after this program stored its
+    partials): the CTA barrier orders every thread's partial stores before thread 0's acq_rel atomic
+    (release); the program that sees SPLIT - 1 arrivals before it (acquire) re-zeroes the counter for
+    the next launch / graph replay and finishes `rows` (and rows + BLOCK_N when TWO_TILES) from all
+    SPLIT partials, in split order. MUTATES the counter and y."""
+    cnt = cnt_ptr + tl.program_id(0)
+    tl.debug_barrier()
+    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        tl.store(cnt, 0)
+        _finish_rows(part_ptr, y_ptr, rows, N, SPLIT, SWIGLU)
+        if TWO_TILES:
+            _finish_rows(part_ptr, y_ptr, rows + BLOCK_N, N, SPLIT, SWIGLU)
+
+
+@triton.jit
+def _gemv_finish_kernel(part_ptr, y_ptr, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
+    # y[n] = sum_s part[s, n] (SWIGLU: silu(that) * sum_s part[s, N + n]); part is fp32 [SPLIT, 2N].
+    _finish_rows(part_ptr, y_ptr, tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), N, SPLIT, SWIGLU)
 
 
 @triton.jit
@@ -255,9 +330,9 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
 
 
 @triton.jit
-def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_offset,
+def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                     ASM: tl.constexpr, SPLIT: tl.constexpr):
+                     ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr):
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
@@ -296,13 +371,13 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)
     u_rows_ok = rows < N if SWIGLU else rows + up_offset < N
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0) * tl.load(ws_ptr + rows + up_offset, mask=u_rows_ok, other=0.0)
-    _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
+    _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N, FUSED)
 
 
 @triton.jit
-def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_offset,
+def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                       SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                      SPLIT: tl.constexpr):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr):
     # bf16 weights read as int32 words of 2 weights, [KS, BN, WK] tiles like the fp8 kernel (threads
     # along K, two row tiles sharing x, register double buffer, one reduction at the end). A bf16 in
     # the high half of a word is already an fp32 bit pattern (mask), the low half moves up (shift):
@@ -339,7 +414,7 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, N, KW, WPS, stride_w, up_of
         xw, wg, wu = xw_n, wg_n, wu_n
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0)
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
-    _epilogue(g, u, rows, N, y_ptr, part_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N)
+    _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N, FUSED)
 
 
 def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int, tuned: bool = False) -> bool:
@@ -362,35 +437,39 @@ def usable(fmt: str, x: torch.Tensor, w: torch.Tensor, group: int, tuned: bool =
 
 def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvConfig, kernel=None,
                 finish=None) -> torch.Tensor:
-    """y [1, N] <- x [1, K] . W^T (SwiGLU over the 2N rows of w); int4, fp8 or bf16. Mutates y only.
+    """y [1, N] <- x [1, K] . W^T (SwiGLU over the 2N rows of w); int4, fp8 or bf16. Mutates y only
+    (and, fused split finish, the stream's arrival counters, left zero).
 
     Inputs were checked by the public wrapper and `usable`. int4: cfg.block_k // G groups per step
     (at least one); fp8: cfg.block_k // 16 chunks of 4 words per row per step. cfg.split_k > 1
-    splits K over that many programs per row block (fp32 partials in a new [split, 2N] buffer, then
-    `_gemv_finish_kernel`). `kernel` / `finish` override the JIT functions (linear.triton passes its
-    module globals, which launch recorders replace).
+    splits K over that many programs per row block (fp32 partials in a new [split, 2N] buffer), then
+    `_gemv_finish_kernel` or, with split_finish(n) == "fused", the row block's last program finishes.
+    `kernel` / `finish` override the JIT functions (linear.triton passes its module globals, which
+    launch recorders replace). Raises GemvWorkspaceError when a capture needs unreserved counters.
     """
     n = y.shape[1]
     k = x.shape[1]
     split = max(1, cfg.split_k)
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
     part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
+    fused = split > 1 and split_finish(n) == "fused"
+    cnt = reserve_split_counters(y.device, grid[0]) if fused else part
     if fmt == "int4":
         ngs = max(1, cfg.block_k // group)
         ng = k // group
         gps = triton.cdiv(triton.cdiv(ng, split), ngs) * ngs  # groups per split, whole steps
         (kernel or _gemv_int4_kernel)[grid](
-            x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, n, ng, gps, w.stride(0) // 4, ws.stride(0), n,
-            0x3F800000, SWIGLU=swiglu, WG=group // 8, NGS=ngs, BLOCK_N=cfg.block_n, SPLIT=split,
-            num_warps=cfg.num_warps, num_stages=1,
+            x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4,
+            ws.stride(0), n, 0x3F800000, SWIGLU=swiglu, WG=group // 8, NGS=ngs, BLOCK_N=cfg.block_n, SPLIT=split,
+            FUSED=fused, num_warps=cfg.num_warps, num_stages=1,
         )
     elif fmt == "fp8":
         ks = max(1, cfg.block_k // 16)
         kw = k // 4
         wps = triton.cdiv(triton.cdiv(kw, split), 4 * ks) * 4 * ks  # words per split, whole steps
         (kernel or _gemv_fp8_kernel)[grid](
-            x.view(torch.int32), w.view(torch.int32), ws, y, part, n, kw, wps, w.stride(0) // 4, n,
-            SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split,
+            x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, n, kw, wps, w.stride(0) // 4, n,
+            SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split, FUSED=fused,
             num_warps=cfg.num_warps, num_stages=1,
         )
     elif fmt == "bf16":
@@ -398,13 +477,13 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         kw = k // 2
         wps = triton.cdiv(triton.cdiv(kw, split), 4 * ks) * 4 * ks
         (kernel or _gemv_bf16_kernel)[grid](
-            x.view(torch.int32), w.view(torch.int32), y, part, n, kw, wps, w.stride(0) // 2, n,
-            SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split,
+            x.view(torch.int32), w.view(torch.int32), y, part, cnt, n, kw, wps, w.stride(0) // 2, n,
+            SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split, FUSED=fused,
             num_warps=cfg.num_warps, num_stages=1,
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")
-    if split > 1:
+    if split > 1 and not fused:
         (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
                                                                   num_warps=4)
     return y

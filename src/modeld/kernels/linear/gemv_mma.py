@@ -16,7 +16,8 @@ weight costs about one ALU instruction of decoding:
   needs N >= 8 and tl.dot 16; the idle columns cost tensor-core time, not issue slots);
 * per group: W.x = s * sum_k (128 + q) x_k + (m - 128 s) * sum_k x_k — the same re-association as v2
   (fp32 accumulation of exact bf16 products; only the summation order differs from the reference).
-Split-K (cfg.split_k > 1) writes fp32 partials finished by `gemv._gemv_finish_kernel`.
+Split-K (cfg.split_k > 1) writes fp32 partials finished by `gemv._gemv_finish_kernel` or, with
+`gemv.split_finish(N)` == "fused", by the row block's last arriving program (`gemv._split_finish`).
 The CPU interpreter cannot run inline asm or bf16 dots: there ASM=False decodes with Triton shifts and
 DOT_F32 multiplies fp32 tiles (same values: 128 + q and bf16 x are exact in fp32).
 """
@@ -31,7 +32,8 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels.linear.gemv import _gemv_finish_kernel
+from modeld.kernels.linear import gemv as _gemv
+from modeld.kernels.linear.gemv import _gemv_finish_kernel, _split_finish
 
 __all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
 
@@ -171,9 +173,10 @@ def _epilogue_sum(acc, s_ptr, m_ptr, x_ptr, rows, rmask, g_lo, g_hi, stride_s, G
 
 
 @triton.jit
-def _gemv_int4_mma_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GPS, stride_w, stride_s, up_offset,
-                          SWIGLU: tl.constexpr, G: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-                          EVEN_N: tl.constexpr, ASM: tl.constexpr, DOT_F32: tl.constexpr):
+def _gemv_int4_mma_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NG, GPS, stride_w, stride_s,
+                          up_offset, SWIGLU: tl.constexpr, G: tl.constexpr, BLOCK_N: tl.constexpr,
+                          SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, DOT_F32: tl.constexpr,
+                          FUSED: tl.constexpr):
     # y[n] = sum_g [s (A . X) + (m - 128 s) xs] (module docstring); program (pid, pid_k) = BLOCK_N rows
     # (plus their up rows for SwiGLU) over the GPS <= 16 groups [pid_k * GPS, min(NG, (pid_k + 1) * GPS)).
     # Group g_lo + c puts its x into column c of X, so ONE accumulator chain acc = dot(A, X, acc) keeps
@@ -225,6 +228,8 @@ def _gemv_int4_mma_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, N, NG, GP
         tl.store(base + rows, gv, mask=rmask)
         if SWIGLU:
             tl.store(base + N + rows, uv, mask=rmask)
+        if FUSED:  # the row block's last program sums the SPLIT partials (same order as the finish kernel)
+            _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, SWIGLU, False, BLOCK_N)
 
 
 def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfig, kernel=None,
@@ -232,7 +237,9 @@ def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfi
     """y [1, N] <- x [1, K] . W^T for packed int4 W (SwiGLU over its 2N rows). Mutates y only.
 
     Inputs were checked by `linear.triton`'s wrapper and `usable`. `kernel` / `finish` override the JIT
-    functions (launch recorders replace module globals).
+    functions (launch recorders replace module globals). Split-K partials are finished as
+    `gemv.split_finish(N)` says (fused: also MUTATES the stream's arrival counters, left zero; raises
+    gemv.GemvWorkspaceError when a capture needs unreserved counters).
     """
     n = y.shape[1]
     k = x.shape[1]
@@ -242,13 +249,15 @@ def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfi
     split = triton.cdiv(ng, gps)  # no empty split
     grid = (triton.cdiv(n, cfg.block_n), split)
     part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
+    fused = split > 1 and _gemv.split_finish(n) == "fused"
+    cnt = _gemv.reserve_split_counters(y.device, grid[0]) if fused else part
     interp = interpreting()
     (kernel or _gemv_int4_mma_kernel)[grid](
-        x, w.view(torch.int32), ws, wm, y, part, n, ng, gps, w.stride(0) // 4, ws.stride(0), n,
+        x, w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4, ws.stride(0), n,
         SWIGLU=swiglu, G=group, BLOCK_N=cfg.block_n, SPLIT=split, EVEN_N=n % cfg.block_n == 0,
-        ASM=not interp, DOT_F32=interp, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ASM=not interp, DOT_F32=interp, FUSED=fused, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split > 1:
+    if split > 1 and not fused:
         (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
                                                                   num_warps=4)
     return y
