@@ -1,6 +1,6 @@
 """Tile sweeps and A/B sections of bench/kernels.py (split out to keep that file readable).
 
-Every function here times cases through `bench.kernels.bench_linear` / `bench_attention_*`, so the
+Every function here times cases through `bench.kernels.bench_linear` / `bench.kernels_attention`, so the
 rows land in the same table and JSON; `bench/kernels.py --sections ...` calls them. Winners go into
 the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) with their provenance.
 """
@@ -8,6 +8,7 @@ the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) 
 from __future__ import annotations
 
 import bench.kernels as K
+import bench.kernels_attention as A
 
 
 def sweep_gemv(reps, gen):
@@ -37,12 +38,12 @@ def sweep_attention(reps, gen):
         for splits in (32, 64, 128):
             att.num_splits = lambda *a, _s=splits: _s
             for length in (8191, 32767):
-                K.bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=f" [sweep splits={splits}]")
+                A.bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=f" [sweep splits={splits}]")
     acfg.DECODE[256], att.num_splits = default_decode, default_splits
     default_prefill = acfg.PREFILL[256]
     for cfg in (acfg.AttentionConfig(128, 64, 8, 2), acfg.AttentionConfig(128, 32, 8, 3), acfg.AttentionConfig(128, 64, 8, 3)):
         acfg.PREFILL[256] = cfg
-        K.bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]")
+        A.bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]")
     acfg.PREFILL[256] = default_prefill
 
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels import _arrival
+from modeld.kernels.attention._flash import attend_cache_rows
 
 __all__ = ["DecodeWorkspaceError", "reserve_decode_counters", "decode_counter_buffer"]
 
@@ -92,26 +93,8 @@ def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, p
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
     base = b.to(tl.int64) * stride_cb + kvh * stride_ch
-    for n0 in range(s0, e1, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < e1
-        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
-                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * qk_scale
-        s = tl.where(n_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
-                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
-        m_i = m_new
+    m_i, l_i, acc = attend_cache_rows(q, kc_ptr, vc_ptr, base, s0, e1, stride_cs, d, qk_scale, m_i, l_i, acc,
+                                      BLOCK_N, DOT_F32)
     # The split owning the new token (pos < s1 <= S) writes it and attends to it from REGISTERS: a
     # store-barrier-reload would race the loop's cp.async prefetch (issued stages ahead of use) and
     # cost a round trip; the loop above stops at pos, so no program of this launch reads that row.

@@ -30,9 +30,10 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
-from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
+from modeld.kernels.attention._flash import attend_cache_rows
+from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 
 __all__ = ["attention_prefill", "attention_decode"]
@@ -139,26 +140,8 @@ def _decode_split_kernel(q_ptr, kc_ptr, vc_ptr, lens_ptr, po_ptr, plse_ptr, qk_s
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
     base = b.to(tl.int64) * stride_cb + kvh * stride_ch
-    for n0 in range(s0, s1, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < s1
-        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
-                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * qk_scale
-        s = tl.where(n_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
-                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
-        m_i = m_new
+    m_i, l_i, acc = attend_cache_rows(q, kc_ptr, vc_ptr, base, s0, s1, stride_cs, d, qk_scale, m_i, l_i, acc,
+                                      BLOCK_N, DOT_F32)
     has = l_i > 0  # an empty split (s0 >= kv_len) leaves l = 0 and contributes weight 0
     o = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))

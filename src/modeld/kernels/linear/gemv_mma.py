@@ -148,14 +148,15 @@ def _a_tile(w, ASM: tl.constexpr, DT: tl.constexpr, BLOCK_N: tl.constexpr, G: tl
 
 
 @triton.jit
-def _words(w_ptr, rows, rmask, g, stride_w, WG: tl.constexpr, EVEN_N: tl.constexpr):
-    """Words [BLOCK_N, WG] int32 of group g for rows `rows` (loaded in the loop that uses them, so
-    Triton's pipeliner streams them through shared memory with cp.async, num_stages deep, and reads
-    them back in the wgmma register layout)."""
-    j = tl.arange(0, WG)
+def _words(w_ptr, rows, rmask, g, stride_w, j, WG: tl.constexpr, EVEN_N: tl.constexpr):
+    """Words [BLOCK_N, WG] int32 of group g for rows `rows`, j = arange(WG)[None, :] (loaded in the loop
+    that uses them, so Triton's pipeliner streams them through shared memory with cp.async, num_stages
+    deep, and reads them back in the wgmma register layout)."""
     if EVEN_N:
-        return tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j[None, :])
-    return tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j[None, :], mask=rmask[:, None], other=0)
+        w = tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j)
+    else:
+        w = tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j, mask=rmask[:, None], other=0)
+    return w
 
 
 @triton.jit
@@ -203,17 +204,10 @@ def _gemv_int4_mma_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, 
     for g in range(g_lo, g_hi):
         xv_n = tl.load(x_ptr + tl.minimum(g + 1, g_hi - 1) * G + x_perm)  # last step: a cached re-load
         X = tl.where(cols == g - g_lo, xv[:, None], 0.0).to(DT)  # [G, 16]
-        if EVEN_N:
-            wg = tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j)
-        else:
-            wg = tl.load(w_ptr + rows[:, None] * stride_w + g * WG + j, mask=rmask[:, None], other=0)
-        acc_g = tl.dot(_a_tile(wg, ASM, DT, BLOCK_N, G), X, acc_g)
+        acc_g = tl.dot(_a_tile(_words(w_ptr, rows, rmask, g, stride_w, j, WG, EVEN_N), ASM, DT, BLOCK_N, G), X, acc_g)
         if SWIGLU:
-            if EVEN_N:
-                wu = tl.load(w_ptr + urows[:, None] * stride_w + g * WG + j)
-            else:
-                wu = tl.load(w_ptr + urows[:, None] * stride_w + g * WG + j, mask=rmask[:, None], other=0)
-            acc_u = tl.dot(_a_tile(wu, ASM, DT, BLOCK_N, G), X, acc_u)
+            acc_u = tl.dot(_a_tile(_words(w_ptr, urows, rmask, g, stride_w, j, WG, EVEN_N), ASM, DT, BLOCK_N, G), X,
+                           acc_u)
         xv = xv_n
     gv = _epilogue_sum(acc_g, s_ptr, m_ptr, x_ptr, rows, rmask, g_lo, g_hi, stride_s, G)
     if SWIGLU:

@@ -1,0 +1,123 @@
+"""Attention cases of bench/kernels.py (prefill; split-KV decode: split3 vs fused and the fused
+sweep). Rows go through `bench.kernels.add_row`, so they land in the same table and kernels.json;
+`bench/kernels.py --sections decode,prefill` calls them.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+
+import bench.kernels as K
+
+
+@K.guarded
+def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
+    from modeld.kernels.attention import triton as att
+    q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
+    kc, vc = torch.empty(t, hkv, dh, device="cuda").bfloat16(), torch.empty(t, hkv, dh, device="cuda").bfloat16()
+    p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, 0, dh**-0.5, gate), 1, reps)
+    qs, ks = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, Dh]
+
+    def base(i):
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, ks, is_causal=True, scale=dh**-0.5, enable_gqa=True)
+        return o * torch.sigmoid(gate.transpose(0, 1)[None])
+    b50, _ = K.time_calls(base, 1, reps)
+    flops = 4 * hq * dh * t * (t + 1) / 2
+    tf = flops / (p50 * 1e-3) / 1e12
+    K.add_row(f"attention prefill{tag}", f"T{t} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s", p50, p90, tf, "TFLOP/s",
+              tf / K.CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate", "torch SDPA causal GQA + gate", b50,
+              dict(att.prefill_config(dh, False).__dict__))
+
+
+# fused decode candidates (attention/configs.FusedDecodeConfig: BN, warps, stages, waves, group) swept
+# at B=1 8k and 32k beside the default. Shared memory (offline sm_90): BN 64 / 8 warps / 3 stages is
+# 141 KB (one program per SM, so waves > 1 run as extra waves); BN 32 / 4 w / 3 st and BN 64 / 4 w /
+# 2 st are ~75 KB (three per SM).
+FUSED_DECODE_SWEEP = (  # (BN, warps, stages, waves, group)
+    (64, 8, 3, 1, 32), (64, 8, 2, 2, 8), (32, 4, 3, 2, 8), (32, 4, 3, 4, 16),
+    (64, 4, 2, 2, 8), (64, 4, 2, 4, 16), (32, 8, 3, 2, 8), (32, 4, 2, 4, 8),
+)
+
+
+@contextmanager
+def _decode_variant(variant, fused_cfg, dh):
+    """Select the attention decode variant ($MODELD_ATTN_DECODE) and, for "fused", its config."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    saved_env, saved_cfg = os.environ.get(att.DECODE_ENV), acfg.DECODE_FUSED.get(dh)
+    if variant is not None:
+        os.environ[att.DECODE_ENV] = variant
+    if fused_cfg is not None:
+        acfg.DECODE_FUSED[dh] = fused_cfg
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop(att.DECODE_ENV, None)
+        else:
+            os.environ[att.DECODE_ENV] = saved_env
+        if saved_cfg is not None:
+            acfg.DECODE_FUSED[dh] = saved_cfg
+
+
+@K.guarded
+def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=None, fused=None, baseline=True):
+    """One decode-attention row: `variant` "split3" | "fused" | None (the module default / env);
+    `fused` = (BN, warps, stages, waves, group) for the fused kernel; baseline = also time torch SDPA."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    fused_cfg = acfg.FusedDecodeConfig(*fused, source="sweep") if fused is not None else None
+    s_cap = length + 64
+    per_set = 2 * bsz * s_cap * hkv * dh * 2
+    sets = K.n_sets_for(per_set)
+    caches = [(torch.randn(bsz, s_cap, hkv, dh, device=K.DEV, generator=gen).bfloat16(),
+               torch.randn(bsz, s_cap, hkv, dh, device=K.DEV, generator=gen).bfloat16()) for _ in range(sets)]
+    q = torch.randn(bsz, hq, dh, device=K.DEV, generator=gen).bfloat16()
+    gate = torch.randn(bsz, hq, dh, device=K.DEV, generator=gen).bfloat16()
+    kn = torch.randn(bsz, hkv, dh, device=K.DEV, generator=gen).bfloat16()
+    lens = torch.full((bsz,), length, dtype=torch.int32, device=K.DEV)
+    with _decode_variant(variant, fused_cfg, dh):
+        used = att.decode_variant()
+        p50, p90 = K.time_calls(lambda i: att.attention_decode(q, kn, kn, caches[i][0], caches[i][1], lens, dh**-0.5,
+                                                             gate), sets, reps)
+        sm = att._sm_count(torch.device(K.DEV))
+        if used == "fused":
+            fc = acfg.fused_decode_config(dh, K.DEV == "cpu")
+            splits = att.num_splits(bsz, hkv, s_cap, fc.block_n, sm * fc.waves, 256)
+            config = dict(variant=used, block_n=fc.block_n, num_warps=fc.num_warps, num_stages=fc.num_stages,
+                          waves=fc.waves, group=min(fc.group, splits), splits=splits, launches=1)
+        else:
+            dc = acfg.decode_config(dh, K.DEV == "cpu")
+            config = dict(dc.__dict__, variant=used, splits=att.num_splits(bsz, hkv, s_cap, dc.block_n, sm), launches=3)
+
+    def base(i):
+        kc, vc = caches[i]
+        ks = kc[:, : length + 1].transpose(1, 2)  # [B, Hkv, L, Dh] (a strided view, as a cache would be)
+        vs = vc[:, : length + 1].transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], ks, vs, scale=dh**-0.5, enable_gqa=True)
+        return o[:, :, 0] * torch.sigmoid(gate)
+    b50 = K.time_calls(base, sets, reps)[0] if baseline else None
+    nbytes = 2 * bsz * (length + 1) * hkv * dh * 2
+    tbps = nbytes / (p50 * 1e-3) / 1e12
+    cfg_tag = "" if used == "split3" else (" [fused]" if fused is None else
+                                           " [fused BN{} w{} st{} x{} g{}]".format(*fused))
+    K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
+              tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
+              "torch SDPA over the cache + gate" if baseline else None, b50, config)
+
+
+def decode_section(reps, gen):
+    """Decode attention: split3 (three launches) and fused (one launch) A/B at four shapes (8 rows),
+    then the fused sweep at B=1, 8k and 32k (16 rows). SDPA baseline only on the split3 rows."""
+    for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
+        for variant in ("split3", "fused"):
+            bench_attention_decode(bsz, length, 24, 4, 256, reps, gen, variant=variant, baseline=variant == "split3")
+    for length in (8191, 32767):
+        for cand in FUSED_DECODE_SWEEP:
+            bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=" [sweep]", variant="fused", fused=cand,
+                                   baseline=False)

@@ -1,0 +1,35 @@
+"""Shared Triton pieces of the split-KV decode kernels (`attention.triton` and `attention._decode_fused`)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m_i, l_i, acc,
+                      BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr):
+    """Online softmax (exp2 domain) of the query rows q [BLOCK_H, Dh] over cache rows lo..hi-1 of one
+    (sequence, KV head) at `base`: returns the updated running max m_i, sum l_i [BLOCK_H] and
+    unnormalised output acc [BLOCK_H, Dh] (fp32). DOT_F32: fp32 dot tiles (the interpreter)."""
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < hi
+        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale
+        s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    return m_i, l_i, acc
