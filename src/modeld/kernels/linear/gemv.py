@@ -44,57 +44,16 @@ import torch
 import triton
 import triton.language as tl
 
-from modeld.kernels import _arrival
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
+from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
+                                              GemvWorkspaceError, _gemv_finish_kernel, _split_finish,
+                                              reserve_split_counters, split_counter_buffer, split_finish)
 
 __all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError",
            "split_finish", "reserve_split_counters", "split_counter_buffer", "usable",
            "launch_gemv"]  # kernels: _gemv_*_kernel
-
-# How split-K (cfg.split_k > 1) partials are finished: "kernel" = a second launch (`_gemv_finish_kernel`),
-# "fused" = the last arriving program of each row block sums them inside the GEMV launch (one graph
-# node less; bit-identical results: same split order), "auto" (default) = fused for N <= FUSED_MAX_N,
-# else kernel. Env override MODELD_GEMV_SPLIT_FINISH, read on every call. H200 A/B (one run,
-# KNOWLEDGE/optimizations/gemv-split-k-fused-finish.md): fused won at N <= 5120 (gdn.ba 4.3 -> 3.1 us,
-# fp8 o_proj 11.8 -> 11.4, fp8 down 26.1 -> 25.6, bf16 down 44.7 -> 44.2; int4 down 25.2 / 25.5) and
-# lost at N >= 14336 with split 2 (fp8 gate+up 48.5 -> 52.2, int4 attn.qkv 22.8 -> 24.7): there the
-# last arriver's serial finish is a longer tail than a second, fully parallel launch.
-SPLIT_FINISH = "auto"
-FUSED_MAX_N = 5120
-SPLIT_FINISH_ENV = "MODELD_GEMV_SPLIT_FINISH"
-_COUNTER_NAME = "gemv-split"
-
-
-class GemvWorkspaceError(_arrival.ArrivalWorkspaceError):
-    """The fused split-K finish needs more arrival counters than were reserved before a CUDA-graph capture."""
-
-
-def split_finish(n: int | None = None) -> str:
-    """The split-K finish for an N-row output: MODELD_GEMV_SPLIT_FINISH if set, else SPLIT_FINISH;
-    "auto" resolves to "fused" for n <= FUSED_MAX_N (n None: "auto" itself). Raises KernelValueError
-    for any other value than "kernel" / "fused" / "auto"."""
-    v = os.environ.get(SPLIT_FINISH_ENV, SPLIT_FINISH)
-    if v not in ("kernel", "fused", "auto"):
-        raise KernelValueError(f"{SPLIT_FINISH_ENV}={v!r}: expected 'kernel', 'fused' or 'auto'")
-    if v == "auto" and n is not None:
-        return "fused" if n <= FUSED_MAX_N else "kernel"
-    return v
-
-
-def reserve_split_counters(device: torch.device, n: int, stream=None) -> torch.Tensor:
-    """Make the fused finish's counter buffer of (device, stream) hold >= n zeroed counters (one per row
-    block of a launch) plus a spare for a later capture; return it. MUTATES `_arrival`'s tables; during a
-    capture it only claims a spare, else raises GemvWorkspaceError."""
-    return _arrival.reserve(_COUNTER_NAME, device, n, stream, error=GemvWorkspaceError,
-                            hint=f"run the GEMV once eagerly (fused split finish) or call "
-                                 f"gemv.reserve_split_counters(device, {n}) before capturing")
-
-
-def split_counter_buffer(device: torch.device, stream=None) -> torch.Tensor | None:
-    """The fused finish's counter buffer of (device, stream) if one exists (tests check it is all zero)."""
-    return _arrival.counter_buffer(_COUNTER_NAME, device, stream)
 
 # Formats the v2 GEMV serves: all three. With the entries of configs.GEMV_TUNED, v2 beat v1 at all
 # five 27B decode shapes for every format on the H200 (KNOWLEDGE/optimizations/gemv-v2-tuned-split-k.md;
@@ -255,44 +214,6 @@ def _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU: tl.constex
                 _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, True, False, BLOCK_N)
             else:
                 _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, False, True, BLOCK_N)
-
-
-@triton.jit
-def _finish_rows(part_ptr, y_ptr, offs, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
-    """y[offs] = sum_s part[s, offs] in split order (SWIGLU: silu(that) * sum_s part[s, N + offs]).
-    The ONE summation both finishes use, so the fused and the two-launch paths are bit-identical."""
-    mask = offs < N
-    g = tl.zeros(offs.shape, dtype=tl.float32)
-    u = tl.zeros(offs.shape, dtype=tl.float32)
-    for sp in tl.static_range(SPLIT):
-        g += tl.load(part_ptr + sp * 2 * N + offs, mask=mask, other=0.0)
-        if SWIGLU:
-            u += tl.load(part_ptr + sp * 2 * N + N + offs, mask=mask, other=0.0)
-    out = g * tl.sigmoid(g) * u if SWIGLU else g
-    tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr,
-                  TWO_TILES: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Last-arriver split-K finish of row block program_id(0) (called after this program stored its
-    partials): the CTA barrier orders every thread's partial stores before thread 0's acq_rel atomic
-    (release); the program that sees SPLIT - 1 arrivals before it (acquire) re-zeroes the counter for
-    the next launch / graph replay and finishes `rows` (and rows + BLOCK_N when TWO_TILES) from all
-    SPLIT partials, in split order. MUTATES the counter and y."""
-    cnt = cnt_ptr + tl.program_id(0)
-    tl.debug_barrier()
-    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        tl.store(cnt, 0)
-        _finish_rows(part_ptr, y_ptr, rows, N, SPLIT, SWIGLU)
-        if TWO_TILES:
-            _finish_rows(part_ptr, y_ptr, rows + BLOCK_N, N, SPLIT, SWIGLU)
-
-
-@triton.jit
-def _gemv_finish_kernel(part_ptr, y_ptr, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
-    # y[n] = sum_s part[s, n] (SWIGLU: silu(that) * sum_s part[s, N + n]); part is fp32 [SPLIT, 2N].
-    _finish_rows(part_ptr, y_ptr, tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), N, SPLIT, SWIGLU)
 
 
 @triton.jit

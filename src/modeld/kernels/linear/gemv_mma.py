@@ -17,7 +17,7 @@ weight costs about one ALU instruction of decoding:
 * per group: W.x = s * sum_k (128 + q) x_k + (m - 128 s) * sum_k x_k — the same re-association as v2
   (fp32 accumulation of exact bf16 products; only the summation order differs from the reference).
 Split-K (cfg.split_k > 1) writes fp32 partials finished by `gemv._gemv_finish_kernel` or, with
-`gemv.split_finish(N)` == "fused", by the row block's last arriving program (`gemv._split_finish`).
+`gemv_split.split_finish(N)` == "fused", by the row block's last arriving program (`gemv_split._split_finish`).
 The CPU interpreter cannot run inline asm or bf16 dots: there ASM=False decodes with Triton shifts and
 DOT_F32 multiplies fp32 tiles (same values: 128 + q and bf16 x are exact in fp32).
 """
@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels.linear import gemv as _gemv
-from modeld.kernels.linear.gemv import _gemv_finish_kernel, _split_finish
+from modeld.kernels.linear import gemv_split as _split
+from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _split_finish
 
 __all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
 
@@ -232,7 +232,7 @@ def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfi
 
     Inputs were checked by `linear.triton`'s wrapper and `usable`. `kernel` / `finish` override the JIT
     functions (launch recorders replace module globals). Split-K partials are finished as
-    `gemv.split_finish(N)` says (fused: also MUTATES the stream's arrival counters, left zero; raises
+    `gemv_split.split_finish(N)` says (fused: also MUTATES the stream's arrival counters, left zero; raises
     gemv.GemvWorkspaceError when a capture needs unreserved counters).
     """
     n = y.shape[1]
@@ -243,8 +243,8 @@ def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfi
     split = triton.cdiv(ng, gps)  # no empty split
     grid = (triton.cdiv(n, cfg.block_n), split)
     part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
-    fused = split > 1 and _gemv.split_finish(n) == "fused"
-    cnt = _gemv.reserve_split_counters(y.device, grid[0]) if fused else part
+    fused = split > 1 and _split.split_finish(n) == "fused"
+    cnt = _split.reserve_split_counters(y.device, grid[0]) if fused else part
     interp = interpreting()
     (kernel or _gemv_int4_mma_kernel)[grid](
         x, w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4, ws.stride(0), n,
