@@ -338,8 +338,9 @@ def recurrent(out):
         return
     try:
         import importlib.util
-        spec = importlib.util.spec_from_file_location("kernels_recurrent", path)
+        spec = importlib.util.spec_from_file_location("bench.kernels_recurrent", path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # bench/kernels_gdn_decode.py imports it: one module, one ROWS
         spec.loader.exec_module(mod)
         mod.main(["--out", out])
     except SystemExit:

@@ -25,7 +25,10 @@ import sys
 
 import torch
 import triton
-import triton.language as tl
+
+# Run as a script this file is __main__: register it as bench.kernels_recurrent too, so
+# bench/kernels_gdn_decode.py (which imports it) shares this run's ROWS and ENV.
+sys.modules.setdefault("bench.kernels_recurrent", sys.modules[__name__])
 
 ROWS: list[dict] = []
 ENV: dict = {}
@@ -198,86 +201,8 @@ def _gdn_set(N, decode, Hk=16, Hv=48, Dk=128, Dv=128):
     return q, k, v, a, b, A_log, dt_bias, state
 
 
-@triton.jit
-def _launch_floor_kernel(out_ptr):
-    """Stores one value per program: times a launch (graph node + program dispatch) and nothing else."""
-    tl.store(out_ptr + tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), 1.0)
-
-
-# v2 decode tiles (BLOCK_V, num_warps) timed beside each B's default (gdn.triton V2_DECODE_TILE / V2_BATCH_TILE)
-GDN_V2_ALTERNATIVES = {1: ((8, 1), (4, 1), (16, 2), (16, 4)), 8: ((16, 1), (16, 2)), 32: ((16, 1), (16, 2), (32, 2))}
-
-
-def _bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps):
-    """GDN decode rows for batch B: v1 (the plain "gdn_decode" row, beside the reference, and v1's tile
-    alternatives), then v2 at its default tile and GDN_V2_ALTERNATIVES, all in this process
-    ($MODELD_GDN_DECODE is read per call, so each row's graphs capture that row's kernel). At B = 1 and
-    32 also v2 without volatile loads; at B = 1 also v2 with programmatic dependent launch (V2_PDL 1
-    and 2) and the launch floor: an empty Triton kernel on v2's grid in the same graph-replay harness;
-    its row records what fraction of the byte floor floor + launch would give."""
-    import modeld.kernels.gdn.triton as gt
-
-    shape, n_sets = f"B{B} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", (48 if B == 1 else None)
-    io = B * (2 * Hk * Dk + 2 * Hv * Dv) * 2 + B * Hv * 4
-    nbytes = io + B * Hv * Dk * Dv * 4 * 2  # + the fp32 state read and written
-
-    def make():
-        return _gdn_set(B, True, Hk, Hv, Dk, Dv)
-
-    os.environ[gt.DECODE_ENV] = "v1"
-    case("gdn_decode", shape, make, nbytes, tt.gdn_decode, ref.gdn_decode, reps, n_sets=n_sets)
-    name = "DECODE_TILE" if B == 1 else "BATCH_TILE"
-    default = getattr(gt, name)
-    for tile in ((8, 1), (16, 1), (16, 2), (16, 4), (32, 2), (32, 4)):  # alternatives to re-pick the tile from
-        if tile == default:
-            continue
-        setattr(gt, name, tile)
-        case(f"gdn_decode(bv{tile[0]},w{tile[1]})", shape, make, nbytes, tt.gdn_decode, None, reps, n_sets=n_sets)
-    setattr(gt, name, default)
-    os.environ[gt.DECODE_ENV] = "v2"
-    name = "V2_DECODE_TILE" if B == 1 else "V2_BATCH_TILE"
-    default, volatile, pdl_default = getattr(gt, name), gt.V2_VOLATILE_LOADS, gt.V2_PDL
-    try:
-        for tile in (default,) + tuple(t for t in GDN_V2_ALTERNATIVES[B] if t != default):
-            setattr(gt, name, tile)
-            case(f"gdn_decode(v2,bv{tile[0]},w{tile[1]})", shape, make, nbytes, tt.gdn_decode, None, reps,
-                 n_sets=n_sets)
-        setattr(gt, name, default)
-        if B in (1, 32):  # volatile loads: the latency case and the throughput case
-            gt.V2_VOLATILE_LOADS = not volatile
-            case(f"gdn_decode(v2,bv{default[0]},w{default[1]},{'plain' if volatile else 'volatile'} loads)", shape,
-                 make, nbytes, tt.gdn_decode, None, reps, n_sets=n_sets)
-            gt.V2_VOLATILE_LOADS = volatile
-        if B == 1:
-            _launch_floor_row(shape, (triton.cdiv(Dv, default[0]), Hv), default[1], reps, n_sets)
-            # programmatic dependent launch (last: a new launch mode): consecutive calls of the graph
-            # overlap; each set has its own state, so pdl2's state loads before the wait are correct here
-            for pdl in (1, 2):
-                gt.V2_PDL = pdl
-                case(f"gdn_decode(v2,bv{default[0]},w{default[1]},pdl{pdl})", shape, make, nbytes, tt.gdn_decode,
-                     None, reps, n_sets=n_sets)
-    finally:
-        setattr(gt, name, default)
-        gt.V2_VOLATILE_LOADS, gt.V2_PDL = volatile, pdl_default
-
-
-def _launch_floor_row(shape, grid, warps, reps, n_sets):
-    """The empty kernel on `grid` with `warps` warps, timed like the GDN rows; annotates its row with the
-    fraction of the byte floor that floor + launch would give for the GDN decode row of `shape`."""
-    case("launch_floor(empty triton)", f"grid {grid[0]}x{grid[1]} w{warps}",
-         lambda: (torch.empty(grid[0] * grid[1], device="cuda"),), grid[0] * grid[1] * 4,
-         lambda out: _launch_floor_kernel[grid](out, num_warps=warps), None, reps, n_sets=n_sets)
-    gdn = next((r for r in ROWS if r.get("op") == "gdn_decode" and r.get("shape") == shape
-                and r.get("impl") == "triton" and "floor_us" in r), None)
-    launch = ROWS[-1]
-    if gdn and "p50_us" in launch:
-        launch["gdn_b1_floor_us"] = gdn["floor_us"]
-        launch["gdn_b1_floor_plus_launch_fraction"] = gdn["floor_us"] / (gdn["floor_us"] + launch["p50_us"])
-        print(f"  GDN decode B1: byte floor {gdn['floor_us']:.2f} us + launch floor {launch['p50_us']:.2f} us "
-              f"-> at best {launch['gdn_b1_floor_plus_launch_fraction']:.2f} of the byte floor", flush=True)
-
-
 def bench_gdn(reps):
+    from bench.kernels_gdn_decode import bench_gdn_decode
     from modeld.kernels.gdn import reference as ref, triton as tt
 
     Hk, Hv, Dk, Dv = 16, 48, 128, 128
@@ -286,7 +211,7 @@ def bench_gdn(reps):
     caller_decode = os.environ.get(gt.DECODE_ENV)  # restored after the decode rows
     try:
         for B in (1, 8, 32):
-            _bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps)
+            bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps)
     finally:
         if caller_decode is None:
             os.environ.pop(gt.DECODE_ENV, None)

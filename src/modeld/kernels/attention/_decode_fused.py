@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels import _arrival
-from modeld.kernels.attention._flash import attend_cache_rows
+from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
 
 __all__ = ["DecodeWorkspaceError", "reserve_decode_counters", "decode_counter_buffer"]
 
@@ -82,16 +82,8 @@ def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, p
     s0 = split * chunk
     s1 = tl.minimum(s0 + chunk, kv_len)
     e1 = tl.minimum(s1, pos)  # cache rows s0..e1-1; row pos (if < S) comes from k/v, not the cache
-    hh = tl.arange(0, BLOCK_H)
-    h_ok = hh < GQA
-    heads = kvh * GQA + hh
-    d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=h_ok[:, None], other=0.0)
-    if DOT_F32:
-        q = q.to(tl.float32)
-    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
+    q, heads, h_ok, d, m_i, l_i, acc = load_group_queries(q_ptr, b, kvh, stride_qb, stride_qh, GQA, BLOCK_H, HEAD_DIM,
+                                                          DOT_F32)
     base = b.to(tl.int64) * stride_cb + kvh * stride_ch
     m_i, l_i, acc = attend_cache_rows(q, kc_ptr, vc_ptr, base, s0, e1, stride_cs, d, qk_scale, m_i, l_i, acc,
                                       BLOCK_N, DOT_F32)
@@ -111,12 +103,8 @@ def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, p
         l_i = l_i * alpha + p
         acc = acc * alpha[:, None] + p[:, None] * vn.to(tl.float32)[None, :]
         m_i = m_new
-    has = l_i > 0  # an empty split (s0 >= kv_len) leaves l = 0 and contributes weight 0
-    o = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     row = (b * HQ + heads) * SLOTS + split  # partials [B, Hq, SLOTS, (Dh)]
-    tl.store(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], o, mask=h_ok[:, None])
-    tl.store(plse_ptr + row, lse, mask=h_ok)
+    store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, h_ok, d, HEAD_DIM)  # empty split: weight 0
     # Arrival: every thread's partial stores are ordered before thread 0's release by the CTA
     # barrier; the merger's acquire (same atomic, gpu scope) then sees all of them.
     hg = tl.arange(0, BLOCK_G)

@@ -33,3 +33,32 @@ def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m
             acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
         m_i = m_new
     return m_i, l_i, acc
+
+
+@triton.jit
+def load_group_queries(q_ptr, b, kvh, stride_qb, stride_qh, GQA: tl.constexpr, BLOCK_H: tl.constexpr,
+                       HEAD_DIM: tl.constexpr, DOT_F32: tl.constexpr):
+    """The GQA query heads of KV head kvh of sequence b: (q [BLOCK_H, Dh], heads, h_ok, d) plus the
+    zeroed online-softmax state (m_i = -inf, l_i = 0, acc = 0)."""
+    hh = tl.arange(0, BLOCK_H)
+    h_ok = hh < GQA
+    heads = kvh * GQA + hh
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=h_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
+    return q, heads, h_ok, d, m_i, l_i, acc
+
+
+@triton.jit
+def store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, h_ok, d, HEAD_DIM: tl.constexpr):
+    """Normalised partial output and its log2-sum-exp at partial slot `row` [BLOCK_H]; an empty split
+    (l = 0) stores o = 0 and lse = -inf, i.e. weight 0 in the merge."""
+    has = l_i > 0
+    o = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], o, mask=h_ok[:, None])
+    tl.store(plse_ptr + row, lse, mask=h_ok)

@@ -217,6 +217,25 @@ def _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU: tl.constex
 
 
 @triton.jit
+def _word_tiles(N, KW, WPS, up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr,
+                WK: tl.constexpr):
+    """Setup of the fp8 / bf16 word-tile GEMVs: this program's split-K word range [k_lo, k_hi), its two
+    row tiles (`_row_tiles`) as [1, BN, 1] rows with their masks, the [KS, 1, WK] word index of one
+    step and the two zeroed [KS, BN, WK] accumulators."""
+    pid_k = tl.program_id(1)
+    k_lo = pid_k * WPS
+    k_hi = tl.minimum(KW, k_lo + WPS)
+    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
+    rows3 = rows[None, :, None]
+    gmask_r = rows3 < N
+    umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N
+    cs = tl.arange(0, KS)[:, None, None] * WK + tl.arange(0, WK)[None, None, :]  # [KS, 1, WK] word index
+    acc_g = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    acc_u = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    return pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u
+
+
+@triton.jit
 def _fp8_word_to_f32(w, ASM: tl.constexpr):
     """int32 words of 4 e4m3 (byte b = weight 4j + b) -> 4 fp32 planes (exact).
 
@@ -257,16 +276,8 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
-    pid_k = tl.program_id(1)
-    k_lo = pid_k * WPS
-    k_hi = tl.minimum(KW, k_lo + WPS)
-    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
-    rows3 = rows[None, :, None]
-    gmask_r = rows3 < N
-    umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N
-    cs = tl.arange(0, KS)[:, None, None] * WK + tl.arange(0, WK)[None, None, :]  # [KS, 1, WK] word index
-    acc_g = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
-    acc_u = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
+        N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
     kmask = c0 < k_hi
     xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
@@ -305,16 +316,8 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
     # 2 ALU + 2 FFMA per 2 weights — far below the issue limit at 2 bytes per weight, so this kernel
     # is about bytes in flight (v1 keeps one tile per program and reduces through shared memory).
     # x word j holds x[2j], x[2j+1], matching weight word j. Split-K as in the fp8 kernel.
-    pid_k = tl.program_id(1)
-    k_lo = pid_k * WPS
-    k_hi = tl.minimum(KW, k_lo + WPS)
-    rows, up_offset = _row_tiles(up_offset, SWIGLU, BLOCK_N)
-    rows3 = rows[None, :, None]
-    gmask_r = rows3 < N
-    umask_r = gmask_r if SWIGLU else (rows3 + up_offset) < N
-    cs = tl.arange(0, KS)[:, None, None] * WK + tl.arange(0, WK)[None, None, :]  # [KS, 1, WK] word index
-    acc_g = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
-    acc_u = tl.zeros([KS, BLOCK_N, WK], dtype=tl.float32)
+    pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
+        N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
     kmask = c0 < k_hi
     xw = tl.load(x_ptr + c0, mask=kmask, other=0)
