@@ -40,7 +40,8 @@ ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
-DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "gemv-split-finish")
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
+                "gemv-split-finish")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -235,7 +236,7 @@ def gemv_variant(variant: str):
     from modeld.kernels.linear import triton as lin
     saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV
     lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = "v1" if variant == "v1" else "v2", ("int4", "fp8", "bf16"), 0
-    gemv_mma.INT4_GEMV = "mma" if variant == "mma" else "v2" if variant == "v2" else gemv_mma.INT4_GEMV
+    gemv_mma.INT4_GEMV = variant if variant in ("mma", "hmma", "v2") else gemv_mma.INT4_GEMV
     try:
         yield
     finally:
@@ -270,6 +271,8 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         if m == 1 and fmt_name == "int4" and lin.GEMV_VARIANT == "v2" and gemv_mma.serves(90, swiglu, n, k) \
                 and fmt in ("int4g128", "int4g256"):
             cfg = gemv_mma.pick(90, swiglu, n, k, 132, DEV == "cpu")
+        if m == 1 and fmt in ("int4g128", "int4g256") and lin.GEMV_VARIANT == "v2" and gemv_mma.INT4_GEMV == "hmma":
+            cfg = lin._gemv_hmma.pick(90, swiglu, n, k, 132, DEV == "cpu")
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)
         group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
@@ -326,7 +329,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
             "sweep-attention", "sweep-gemm")
 
 
@@ -372,6 +375,8 @@ def dry_run(args) -> int:
         S.sweep_gemv_ba(2, gen)
     if "sweep-gemv-mma" in sections:
         S.sweep_gemv_mma(2, gen, dry=True)
+    if "sweep-gemv-hmma" in sections:
+        S.sweep_gemv_hmma(2, gen, dry=True)
     if "gemv-split-finish" in sections:
         S.gemv_split_finish(2, gen)
     errors = [r for r in ROWS if "error" in r]
@@ -434,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         S.sweep_gemv_ba(reps, gen)
     if "sweep-gemv-mma" in sections:
         S.sweep_gemv_mma(reps, gen)
+    if "sweep-gemv-hmma" in sections:
+        S.sweep_gemv_hmma(reps, gen)
     if "gemv-split-finish" in sections:
         S.gemv_split_finish(reps, gen)
     if "skinny" in sections:

@@ -122,6 +122,28 @@ def sweep_gemv_mma(reps, gen, dry=False):
         gemv_mma.pick = saved
 
 
+def sweep_gemv_hmma(reps, gen, dry=False):
+    """int4 g128 M == 1: v2 (the default) beside the mma.sync GEMV (linear/gemv_hmma.py) with its default
+    pick and (16-row blocks, warps, split_k) candidates at every 27B shape, interleaved per shape."""
+    from modeld.kernels.linear import gemv_hmma
+    cands = ((4, 4, 3), (4, 4, 4), (8, 4, 3), (4, 4, 6), (4, 4, 8), (2, 2, 8), (8, 8, 4))
+    if dry:
+        cands = ((1, 4, 1), (2, 4, 2))
+    saved = gemv_hmma.pick
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False)
+            for nb, nw, split in cands:
+                cand = gemv_hmma.HmmaGemvConfig(nb, nw, split, source="sweep candidate")
+                gemv_hmma.pick = lambda *a, _c=cand: _c
+                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False,
+                               tag=f" [sweep hmma {nb}b w{nw} k{split}]")
+                gemv_hmma.pick = saved
+    finally:
+        gemv_hmma.pick = saved
+
+
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2

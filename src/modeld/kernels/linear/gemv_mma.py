@@ -37,13 +37,14 @@ from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _split_finish
 
 __all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
 
-# Which kernel serves int4 M == 1 calls that both can serve: "v2" (default: linear.gemv only),
-# "tuned" (this module for the shapes of MMA_TUNED, where it measured faster than v2 in isolation,
-# v2 elsewhere) or "mma" (this module wherever `usable`). Env override MODELD_GEMV_INT4.
-# Not the default: in the 27B int4 engine "tuned" gave 113.3 against 113.1 tok/s (no end-to-end gain)
-# and its different fp32 summation order flipped one teacher-forced argmax beyond the near-tie margin,
-# failing the rung-6 gate that v2 passes in the same conditions
-# (KNOWLEDGE/optimizations/gemv-int4-tensor-core.md).
+# Which kernel serves int4 M == 1 calls (G 128 / 256): "v2" (default: linear.gemv only), "hmma"
+# (linear.gemv_hmma: mma.sync with the nibbles decoded in registers), "tuned" (this module's wgmma kernel
+# for the shapes of MMA_TUNED, v2 elsewhere) or "mma" (this module wherever `usable`). Env override
+# MODELD_GEMV_INT4. "hmma" is 1.3-1.45x faster than v2 at every 27B shape and made the 27B int4 engine
+# decode 142.4 instead of 111.5 tok/s (same H200 call), with max/mean |Δlogit| vs the dequantized HF
+# control below v2's — but one teacher-forced argmax of 96 flipped past the near-tie margin (rung 6 FAIL,
+# v2 PASS), so it is not the certified default (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md). The wgmma
+# path here gave no end-to-end gain and the same single flip (optimizations/gemv-int4-tensor-core.md).
 INT4_GEMV = os.environ.get("MODELD_GEMV_INT4", "v2")
 
 

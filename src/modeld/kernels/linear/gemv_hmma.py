@@ -1,0 +1,381 @@
+"""Batch-1 int4 decode GEMV on mma.sync ("hmma"): each thread decodes the nibbles it loaded straight into
+the A fragment of `mma.sync.m16n8k16.bf16` — no shared memory, no barrier, 1.3 SASS instructions per weight.
+
+Why: the v2 int4 GEMV is ALU bound (4.6 instructions per weight, 0.32-0.49 of copy bandwidth on the
+H200); the wgmma path (`gemv_mma`) is latency bound (its x tile goes through shared memory with a CTA
+barrier per group and Triton waits for every wgmma). KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.
+The work is split in 128-k "chunks" (16 words per row; a G = 256 group is two chunks):
+* thread (g, t) of a warp (lane = 4 g + t, the mma fragment convention) loads 16 bytes of rows g and
+  g + 8 of its 16-row block: words 4t..4t+3 of the chunk (k = 32 t + 8 w + i, nibble i of word w). For
+  each word pair, AND / SHR + AND split the even and odd nibbles and PRMTs with 0x43 bytes make bf16x2
+  pairs of 128 + q (exact): the A fragment {a0..a3} (rows g, g + 8 x the mma's k slots 2t, 2t + 1,
+  2t + 8, 2t + 9) of two mma steps, nibbles (0, 2, 4, 6) then (1, 3, 5, 7). A dot product may order K
+  freely as long as x follows: the B fragment of thread (g, t) holds x at the same k (`_x_load` +
+  `_x_pairs`: one 16-byte load and 4 PRMTs per word). 16 instructions (2 HMMA) per 16 weights.
+* B[k][n] carries x in column n = j % 8 only, j = the chunk's index in the program (threads g != j % 8
+  load zeros): C[row][j % 8] keeps each chunk apart in one HMMA chain, so the scales need no work in the
+  loop. Two accumulators (acc_lo: chunks 0-7, acc_hi: 8-15) allow 16 chunks per program.
+* two chunks per loop iteration, all loads issued before either is used: the pair's words of a row are
+  one 128-byte line, read by the warp in one burst (one chunk per iteration ran at ~0.5 of copy
+  bandwidth, the pair at 0.56-0.66 on the H200).
+* after the loop: y[n] = sum_j s[n, j] C[n][j] + (m[n, j] - 128 s[n, j]) X[j], X[j] the sum of x over
+  chunk j (plain Triton loads, once per program) — the re-association of v2 and gemv_mma: exact bf16
+  products (128 + q) x, fp32 accumulation. Thread (g, t) holds rows g, g + 8 of chunks 2t, 2t + 1.
+Split-K (a program holds <= 16 chunks) writes fp32 partials finished as `gemv_mma` does. The CPU
+interpreter runs no inline asm: there ASM=False computes the same tensors with plain Triton ops
+(`_hmma_emulated`), so the indexing, the one-hot columns and the epilogue are tested on CPU and the
+PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from modeld.kernels._checks import interpreting
+from modeld.kernels.linear import gemv_split as _split
+from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _split_finish
+
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
+
+# A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
+MAX_GROUPS = 16
+
+
+@dataclass(frozen=True)
+class HmmaGemvConfig:
+    """One launch: 16 * blocks rows per program (gate and up for SwiGLU), warps along the blocks, split_k
+    programs along K."""
+
+    blocks: int
+    num_warps: int
+    split_k: int = 1
+    source: str = "default, unmeasured"
+
+
+def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
+    """4 blocks of 16 rows (64 rows, and their up rows) over 4 warps, 2 chunks per step; K split at least so
+    a program holds <= 16 chunks, and further until the grid has ~4.5 programs per SM (the H200 sweep of
+    session 5: 4b w4, split 3 at K = 5120 / 9 at K = 17408 / 8 at o_proj, KNOWLEDGE/optimizations/
+    gemv-int4-mma-sync.md)."""
+    if interp:
+        return HmmaGemvConfig(4, 4, 1, source="interpreter")
+    tiles = triton.cdiv(n, 64)
+    nc = max(1, k // 128)
+    split = triton.cdiv(nc, MAX_GROUPS)
+    while tiles * split < 4.5 * n_sms and split < nc:
+        split += 1
+    return HmmaGemvConfig(4, 4, split, source="H200 sweep 2026-11-29 s5 rule")
+
+
+def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
+    """M == 1, G in (128, 256), K % G == 0, unit-stride x with a 16-byte aligned start (each thread reads
+    16 bytes of x per word) and 16-byte aligned weight rows (16 bytes of words per row and chunk)."""
+    if x.shape[0] != 1 or group not in (128, 256) or x.shape[1] % group or x.stride(1) != 1:
+        return False
+    if x.data_ptr() % 16:
+        return False
+    return w.data_ptr() % 16 == 0 and (w.stride(0) * w.element_size()) % 16 == 0
+
+
+_XLOAD_WORD = """
+    mov.b32 ${o0}, 0;
+    mov.b32 ${o1}, 0;
+    mov.b32 ${o2}, 0;
+    mov.b32 ${o3}, 0;
+    setp.ne.b32 p, ${pred}, 0;
+    @p ld.global.nc.v4.b32 {{${o0}, ${o1}, ${o2}, ${o3}}}, [${ptr}];
+"""
+# pack=4 (the thread's 4 words w): $0-$15 = X01[w], X23[w], X45[w], X67[w]; $16-$19 pointers, $20-$23 predicates.
+_XLOAD_ASM = tl.constexpr("{\n.reg .pred p;\n" + "".join(
+    _XLOAD_WORD.format(pred=20 + w, ptr=16 + w, o0=w, o1=4 + w, o2=8 + w, o3=12 + w) for w in range(4)) + "}")
+
+
+@triton.jit
+def _x_load(xp, on, ASM: tl.constexpr):
+    """xp [4 (t), 8 (g), 1, 4 (w)] int32 pointers to the 16 bytes of x of each word (the bf16 pairs
+    (x[8w + 2c], x[8w + 2c + 1]), c = 0..3); on [1, 8, 1, 1]: the lanes that load (elsewhere 0).
+    Returns the four pairs X01, X23, X45, X67, each [4, 8, 1, 4] int32. Inline PTX: one 16-byte load
+    per word, so each thread's x stays in the mma fragment layout of its words."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            asm=_XLOAD_ASM, constraints="=r," * 16 + "l,l,l,l,r,r,r,r",
+            args=[xp, on.to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=True, pack=4)
+    else:
+        return (tl.load(xp, mask=on, other=0), tl.load(xp + 1, mask=on, other=0), tl.load(xp + 2, mask=on, other=0),
+                tl.load(xp + 3, mask=on, other=0))
+
+
+@triton.jit
+def _x_pairs(x01, x23, x45, x67, ASM: tl.constexpr):
+    """The B-fragment pairs in the words' nibble order: P0 = (x0, x2), P1 = (x4, x6), P2 = (x1, x3),
+    P3 = (x5, x7) (low half first), from the natural pairs X01 = (x0, x1) ... of `_x_load`."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            asm="""
+            prmt.b32 $0, $4, $5, 0x5410;
+            prmt.b32 $1, $6, $7, 0x5410;
+            prmt.b32 $2, $4, $5, 0x7632;
+            prmt.b32 $3, $6, $7, 0x7632;
+            """,
+            constraints="=r,=r,=r,=r,r,r,r,r", args=[x01, x23, x45, x67], dtype=(tl.int32,) * 4, is_pure=True,
+            pack=1)
+    else:
+        lo16 = 0xFFFF
+        hi16 = -65536  # 0xFFFF0000 as int32
+        return ((x01 & lo16) | (x23 << 16), (x45 & lo16) | (x67 << 16),
+                ((x01 >> 16) & lo16) | (x23 & hi16), ((x45 >> 16) & lo16) | (x67 & hi16))
+
+
+# One (16-row block, chunk) of a thread: words 4t..4t+3 of rows g and g + 8 -> 8 HMMA into its 4
+# accumulators. $0-$3 out (c0..c3); in: $4-$7 words of row g, $8-$11 of row g + 8, $12-$27 the x pairs
+# P0[w0..3], P1[..], P2[..], P3[..], $28-$31 accumulators. The A quad {a0, a1, a2, a3} = rows (g, g + 8) x
+# k slots (2t, 2t + 1) then (2t + 8, 2t + 9) = nibbles (0, 2), (4, 6) of each word (odd nibbles next).
+_HMMA_WORD = """
+    and.b32 lg, ${wg}, 0x0F0F0F0F;
+    shr.u32 hg, ${wg}, 4;
+    and.b32 hg, hg, 0x0F0F0F0F;
+    and.b32 lh, ${wh}, 0x0F0F0F0F;
+    shr.u32 hh, ${wh}, 4;
+    and.b32 hh, hh, 0x0F0F0F0F;
+    prmt.b32 a0, lg, mg, 0x4140;
+    prmt.b32 a1, lh, mg, 0x4140;
+    prmt.b32 a2, lg, mg, 0x4342;
+    prmt.b32 a3, lh, mg, 0x4342;
+    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{d0, d1, d2, d3}}, {{a0, a1, a2, a3}}, {{${p0}, ${p1}}}, {{d0, d1, d2, d3}};
+    prmt.b32 a0, hg, mg, 0x4140;
+    prmt.b32 a1, hh, mg, 0x4140;
+    prmt.b32 a2, hg, mg, 0x4342;
+    prmt.b32 a3, hh, mg, 0x4342;
+    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{d0, d1, d2, d3}}, {{a0, a1, a2, a3}}, {{${p2}, ${p3}}}, {{d0, d1, d2, d3}};
+"""
+_HMMA_ASM = tl.constexpr(
+    "{\n.reg .b32 lg, hg, lh, hh, a0, a1, a2, a3, mg;\n.reg .f32 d0, d1, d2, d3;\nmov.b32 mg, 0x43434343;\n"
+    + "".join(f"mov.f32 d{i}, ${28 + i};\n" for i in range(4))
+    + "".join(_HMMA_WORD.format(wg=4 + w, wh=8 + w, p0=12 + w, p1=16 + w, p2=20 + w, p3=24 + w) for w in range(4))
+    + "".join(f"mov.f32 ${i}, d{i};\n" for i in range(4)) + "}")
+
+
+@triton.jit
+def _bf16_lo(p):
+    return (p << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_hi(p):
+    return (p & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _word_dot(words, x0, x1, x2, x3, x4, x5, x6, x7):
+    """sum_i (128 + nibble i) x_i of each word (fp32)."""
+    return ((((words >> 0) & 15) + 128).to(tl.float32) * x0 + (((words >> 4) & 15) + 128).to(tl.float32) * x1
+            + (((words >> 8) & 15) + 128).to(tl.float32) * x2 + (((words >> 12) & 15) + 128).to(tl.float32) * x3
+            + (((words >> 16) & 15) + 128).to(tl.float32) * x4 + (((words >> 20) & 15) + 128).to(tl.float32) * x5
+            + (((words >> 24) & 15) + 128).to(tl.float32) * x6 + (((words >> 28) & 15) + 128).to(tl.float32) * x7)
+
+
+@triton.jit
+def _hmma_emulated(wg, wh, p0, p1, p2, p3, acc, j, NB: tl.constexpr):
+    """What `_HMMA_ASM` computes, in plain Triton ops (interpreter). x sits in the p* of the lanes g == j % 8
+    only, so sums over the g axis give every lane's x. Dims [t, g, b, w]."""
+    x0 = tl.sum(_bf16_lo(p0), axis=1, keep_dims=True)
+    x2 = tl.sum(_bf16_hi(p0), axis=1, keep_dims=True)
+    x4 = tl.sum(_bf16_lo(p1), axis=1, keep_dims=True)
+    x6 = tl.sum(_bf16_hi(p1), axis=1, keep_dims=True)
+    x1 = tl.sum(_bf16_lo(p2), axis=1, keep_dims=True)
+    x3 = tl.sum(_bf16_hi(p2), axis=1, keep_dims=True)
+    x5 = tl.sum(_bf16_lo(p3), axis=1, keep_dims=True)
+    x7 = tl.sum(_bf16_hi(p3), axis=1, keep_dims=True)  # [4, 1, 1, 4]
+    rg = tl.sum(tl.sum(_word_dot(wg, x0, x1, x2, x3, x4, x5, x6, x7), axis=3), axis=0)  # [8, NB]: row 16 b + g
+    rh = tl.sum(tl.sum(_word_dot(wh, x0, x1, x2, x3, x4, x5, x6, x7), axis=3), axis=0)  # row 16 b + 8 + g
+    r = tl.join(rg, rh)  # [8, NB, 2 (h)]
+    r = tl.reshape(tl.join(r, r), [1, 8, NB, 4])  # [., g, b, w = 2 h + l] = C[row 16 b + 8 h + g][chunk column]
+    col = 2 * tl.arange(0, 4)[:, None, None, None] + (tl.arange(0, 4) % 2)[None, None, None, :]  # 2 t + l
+    return acc + tl.where(col == j % 8, r, 0.0)
+
+
+@triton.jit
+def _chunk(wg, wh, p0, p1, p2, p3, acc, j, ASM: tl.constexpr, NB: tl.constexpr):
+    """acc [4, 8, NB, 4] after chunk j (its x in mma column j % 8): wg / wh the words of rows g / g + 8."""
+    if ASM:
+        return tl.inline_asm_elementwise(asm=_HMMA_ASM, constraints="=f,=f,=f,=f," + "r," * 24 + "f,f,f,f",
+                                         args=[wg, wh, p0, p1, p2, p3, acc], dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        return _hmma_emulated(wg, wh, p0, p1, p2, p3, acc, j, NB)
+
+
+@triton.jit
+def _chunk_xsums(xb_ptr, c_lo, c_hi):
+    """[2, 4, 4] f32: element [h, t, w] = X[c_lo + 8 h + 2 t + (w & 1)], the sum of x over that 128-k chunk
+    (0 past c_hi): the chunk of accumulator column 2t + (w & 1) (h: the low / high accumulator)."""
+    cc = c_lo + tl.arange(0, 16)
+    xt = tl.load(xb_ptr + cc[:, None] * 128 + tl.arange(0, 128)[None, :], mask=(cc < c_hi)[:, None], other=0.0)
+    xs = tl.reshape(tl.sum(xt.to(tl.float32), axis=1), [2, 4, 2])  # [h, t, l]
+    return tl.reshape(tl.permute(tl.join(xs, xs), (0, 1, 3, 2)), [2, 4, 4])  # w = 2 r + l (r: row half, unused)
+
+
+@triton.jit
+def _epilogue_half(acc, xs, s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr):
+    """[8, NB, 2]: sum over the 8 chunks c0 + col of s C + (m - 128 s) X; element [g, b, h] = row
+    n0 + 16 b + 8 h + g. acc[t, g, b, w] = C[row 16 b + 8 (w >> 1) + g][column 2 t + (w & 1)]; xs [4 (t), 4 (w)]."""
+    t = tl.arange(0, 4)[:, None, None, None]
+    g8 = tl.arange(0, 8)[None, :, None, None]
+    b = tl.arange(0, NB)[None, None, :, None]
+    w = tl.arange(0, 4)[None, None, None, :]
+    row = n0 + 16 * b + 8 * (w >> 1) + g8
+    c = c0 + 2 * t + (w & 1)
+    ok = (row < N) & (c < c_hi)
+    offs = row * stride_s + c // CPG
+    s = tl.load(s_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    m = tl.load(m_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    v = tl.sum(s * acc + (m - 128.0 * s) * xs[:, None, None, :], axis=0)  # [8, NB, 4]
+    return tl.sum(tl.reshape(v, [8, NB, 2, 2]), axis=3)  # w = 2 h + l, summed over l
+
+
+@triton.jit
+def _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG: tl.constexpr,
+              NB: tl.constexpr):
+    xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xb_ptr, c_lo, c_hi), (1, 2, 0)))  # [4, 4] each
+    return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)
+            + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB))
+
+
+@triton.jit
+def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr):
+    """Words [4, 8, NB, 4] of chunk c: rows g, rows g + 8, and (SWIGLU) their up rows (else the gate words
+    again, unused)."""
+    if EVEN_N:
+        wg = tl.load(w_ptr + gofs + 16 * c)
+        wh = tl.load(w_ptr + hofs + 16 * c)
+    else:
+        wg = tl.load(w_ptr + gofs + 16 * c, mask=gmask, other=0)
+        wh = tl.load(w_ptr + hofs + 16 * c, mask=hmask, other=0)
+    ug, uh = wg, wh
+    if SWIGLU:
+        if EVEN_N:
+            ug = tl.load(w_ptr + gofs + uofs + 16 * c)
+            uh = tl.load(w_ptr + hofs + uofs + 16 * c)
+        else:
+            ug = tl.load(w_ptr + gofs + uofs + 16 * c, mask=gmask, other=0)
+            uh = tl.load(w_ptr + hofs + uofs + 16 * c, mask=hmask, other=0)
+    return wg, wh, ug, uh
+
+
+@triton.jit
+def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU: tl.constexpr,
+               EVEN_N: tl.constexpr, ASM: tl.constexpr):
+    """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8,
+    (j + 1) % 8). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
+    c1 = tl.minimum(c + 1, c_hi - 1)
+    wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N)
+    wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N)
+    p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == j % 8, ASM), ASM)
+    q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == (j + 1) % 8) & (c + 1 < c_hi), ASM), ASM)
+    return wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3
+
+
+@triton.jit
+def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3, j,
+                  SWIGLU: tl.constexpr, ASM: tl.constexpr, NB: tl.constexpr):
+    """(acc, uacc) after chunks j and j + 1 of `_pair_load`."""
+    acc = _chunk(wg, wh, p0, p1, p2, p3, acc, j, ASM, NB)
+    acc = _chunk(wg1, wh1, q0, q1, q2, q3, acc, j + 1, ASM, NB)
+    if SWIGLU:
+        uacc = _chunk(ug, uh, p0, p1, p2, p3, uacc, j, ASM, NB)
+        uacc = _chunk(ug1, uh1, q0, q1, q2, q3, uacc, j + 1, ASM, NB)
+    return acc, uacc
+
+
+@triton.jit
+def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NC, CPP, stride_w,
+                           stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
+                           SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr):
+    # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
+    # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
+    # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8].
+    # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
+    # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid * 16 * NB
+    t = tl.arange(0, 4)[:, None, None, None]
+    g8 = tl.arange(0, 8)[None, :, None, None]
+    b = tl.arange(0, NB)[None, None, :, None]
+    w = tl.arange(0, 4)[None, None, None, :]
+    rows = n0 + 16 * b + g8  # [1, 8, NB, 1]: rows g; rows + 8: rows g + 8
+    gofs = rows * stride_w + 4 * t + w  # + 16 c: words 4t..4t+3 of chunk c
+    hofs = gofs + 8 * stride_w
+    gmask = rows < N
+    hmask = rows + 8 < N
+    xofs = 16 * t + 4 * w + 0 * g8  # [4, 8, 1, 4] + 64 c: the x pairs of word w of lane t
+    c_lo = pid_k * CPP
+    c_hi = tl.minimum(NC, c_lo + CPP)
+    acc_lo = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    acc_hi = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    uacc_lo = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    uacc_hi = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    uo = up_offset * stride_w
+    # Two chunks per iteration with all their loads issued before either is used: each row's words of the
+    # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
+    # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
+    # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
+    for c in range(c_lo, c_hi, 2):
+        j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
+        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM)
+        if j < 8:
+            acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
+        else:
+            acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
+    gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
+    out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
+        + 8 * tl.arange(0, 2)[None, None, :]
+    omask = out_rows < N
+    if SWIGLU:
+        so = up_offset * stride_s
+        uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB)
+    if SPLIT == 1:
+        if SWIGLU:
+            tl.store(y_ptr + out_rows, (gv * tl.sigmoid(gv) * uv).to(y_ptr.dtype.element_ty), mask=omask)
+        else:
+            tl.store(y_ptr + out_rows, gv.to(y_ptr.dtype.element_ty), mask=omask)
+    else:
+        base = part_ptr + pid_k * 2 * N  # partials [SPLIT, 2N]: gate / plain at rows, up at N + rows
+        tl.store(base + out_rows, gv, mask=omask)
+        if SWIGLU:
+            tl.store(base + N + out_rows, uv, mask=omask)
+        if FUSED:
+            _split_finish(part_ptr, y_ptr, cnt_ptr, n0 + tl.arange(0, 16 * NB), N, SPLIT, SWIGLU, False, 16 * NB)
+
+
+def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvConfig, kernel=None,
+                     finish=None) -> torch.Tensor:
+    """y [1, N] <- x [1, K] . W^T for packed int4 W (SwiGLU over its 2N rows). Mutates y only.
+
+    Inputs were checked by `linear.triton`'s wrapper and `usable`. `kernel` / `finish` override the JIT
+    functions (launch recorders replace module globals). Split-K partials are finished as
+    `gemv_split.split_finish(N)` says (fused: also MUTATES the stream's arrival counters, left zero; raises
+    gemv.GemvWorkspaceError when a capture needs unreserved counters).
+    """
+    n = y.shape[1]
+    k = x.shape[1]
+    nc = k // 128
+    split = max(cfg.split_k, triton.cdiv(nc, MAX_GROUPS))
+    cpp = triton.cdiv(nc, min(split, nc))
+    split = triton.cdiv(nc, cpp)  # no empty split
+    grid = (triton.cdiv(n, 16 * cfg.blocks), split)
+    part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
+    fused = split > 1 and _split.split_finish(n) == "fused"
+    cnt = _split.reserve_split_counters(y.device, grid[0]) if fused else part
+    (kernel or _gemv_int4_hmma_kernel)[grid](
+        x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, n, nc, cpp, w.stride(0) // 4, ws.stride(0), n,
+        SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
+        ASM=not interpreting(), FUSED=fused, num_warps=cfg.num_warps, num_stages=1,
+    )
+    if split > 1 and not fused:
+        (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
+                                                                  num_warps=4)
+    return y

@@ -1,0 +1,145 @@
+"""int4 mma.sync GEMV (linear/gemv_hmma.py) vs the reference, and its routing.
+
+CPU: the interpreter runs the kernel without its inline PTX (ASM=False: the chunk's mma emulated with
+plain Triton ops on the same tensors), so the lane/row/chunk indexing, the one-hot chunk columns, split-K
+and the epilogue are checked here. GPU (`-m gpu`): the PTX (nibble decode, x pairing, mma.sync) at the
+27B shapes, against the spec and against the v2 GEMV.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modeld.kernels._testing import assert_close
+from modeld.kernels.linear import gemv as gv
+from modeld.kernels.linear import gemv_hmma as gh
+from modeld.kernels.linear import gemv_mma as gm
+from modeld.kernels.linear import quant
+from modeld.kernels.linear import reference as ref
+from modeld.kernels.linear import triton as tt
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    from modeld.kernels._testing import poison
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
+
+
+def _problem(n, k, group, swiglu, gen, device, x_scale=2.0, w_shift=0.0):
+    g = torch.Generator(device=device)
+    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    w = torch.randn(2 * n if swiglu else n, k, generator=g, device=device) / k**0.5 + w_shift
+    x = (torch.randn(1, k, generator=g, device=device) * x_scale).bfloat16()
+    return x, quant.quantize_int4(w, group)
+
+
+def _want(x, ws, swiglu):
+    return (ref.swiglu_linear_int4 if swiglu else ref.linear_int4)(x, *ws)
+
+
+# (N, K, G, swiglu, blocks, split): N not a multiple of 16 (rows g + 8 masked separately from rows g), N a
+# multiple of the tile, 1 / 3 / 5 chunks, > 8 chunks in one program (the high accumulator), G = 256
+# (two chunks per scale), split-K with an uneven last split.
+CPU_CASES = [(37, 384, 128, False, 2, 1), (64, 256, 128, False, 2, 1), (37, 640, 128, True, 1, 2),
+             (48, 1280, 128, False, 1, 1), (20, 1024, 256, True, 2, 3), (70, 2048, 128, False, 2, 4),
+             (16, 128, 128, False, 1, 1), (37, 640, 128, True, 1, 1), (48, 1408, 128, False, 2, 1)]
+
+
+@pytest.mark.parametrize("n,k,group,swiglu,blocks,split", CPU_CASES,
+                         ids=[f"N{c[0]}-K{c[1]}-G{c[2]}{'-swiglu' if c[3] else ''}-b{c[4]}-s{c[5]}"
+                              for c in CPU_CASES])
+def test_hmma_gemv_matches_reference(n, k, group, swiglu, blocks, split, gen, device, poisoned_outputs):
+    x, ws = _problem(n, k, group, swiglu, gen, device)
+    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
+    got = gh.launch_int4_hmma(x, *ws, y, swiglu, group, gh.HmmaGemvConfig(blocks, 4, split))
+    assert got is y
+    assert_close(got, _want(x, ws, swiglu), what=f"hmma GEMV N={n} K={k} G={group} split={split}")
+
+
+def test_hmma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
+    """|min| >> scale and large |x|: (m - 128 s) X dominates and cancels against s sum((128 + q) x)."""
+    x, ws = _problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
+    y = torch.empty(1, 48, dtype=torch.bfloat16, device=device)
+    got = gh.launch_int4_hmma(x, *ws, y, False, 128, gh.HmmaGemvConfig(1, 4, 2))
+    assert_close(got, _want(x, ws, False), what="hmma GEMV, shifted weights")
+
+
+def test_more_than_16_chunks_forces_a_split(gen, device, poisoned_outputs):
+    x, ws = _problem(40, 2304, 128, False, gen, device)  # 18 chunks
+    y = torch.empty(1, 40, dtype=torch.bfloat16, device=device)
+    got = gh.launch_int4_hmma(x, *ws, y, False, 128, gh.HmmaGemvConfig(2, 4, 1))
+    assert_close(got, _want(x, ws, False), what="18 chunks, forced split")
+
+
+def test_hmma_routing(gen, device, poisoned_outputs, monkeypatch):
+    """INT4_GEMV = "hmma" sends usable M == 1 int4 calls here; other policies and unusable calls do not."""
+    calls = []
+    real = gh.launch_int4_hmma
+    monkeypatch.setattr(gh, "launch_int4_hmma", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    x, ws = _problem(40, 256, 128, True, gen, device)
+    monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
+    assert_close(tt.swiglu_linear_int4(x, *ws), _want(x, ws, True), what="routed hmma")
+    assert len(calls) == 1
+    x32, ws32 = _problem(40, 256, 32, False, gen, device)  # G = 32: not usable
+    tt.linear_int4(x32, *ws32)
+    tt.swiglu_linear_int4(torch.cat([x, x]), *ws)  # M = 2
+    monkeypatch.setattr(gm, "INT4_GEMV", "v2")
+    tt.swiglu_linear_int4(x, *ws)
+    assert len(calls) == 1
+
+
+def test_hmma_usable_rules(device):
+    x = torch.zeros(1, 512, dtype=torch.bfloat16, device=device)
+    w = torch.zeros(8, 256, dtype=torch.uint8, device=device)
+    assert gh.usable(x, w, 128) and gh.usable(x, w, 256)
+    assert not gh.usable(x, w, 64)
+    assert not gh.usable(torch.zeros(2, 512, dtype=torch.bfloat16, device=device), w, 128)
+    assert not gh.usable(torch.zeros(1, 1024, dtype=torch.bfloat16, device=device)[:, ::2], w, 128)
+    assert not gh.usable(torch.zeros(1, 516, dtype=torch.bfloat16, device=device)[:, 4:], w, 128)  # 8 B start
+    assert not gh.usable(x, torch.zeros(8, 264, dtype=torch.uint8, device=device)[:, :256], 128)  # row stride
+
+
+def test_pick_defaults_cover_the_gpu():
+    for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144), (False, 16384, 5120)):
+        cfg = gh.pick(90, swiglu, n, k, 132, False)
+        tiles = -(-n // (16 * cfg.blocks))
+        assert -(-(k // 128) // cfg.split_k) <= gh.MAX_GROUPS and tiles * cfg.split_k >= 4 * 132
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (14336, 5120, False),
+              (5120, 6144, False), (333, 1280, True), (200, 2048, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 3, 8])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
+def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
+    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    for blocks, nw in ((8, 4), (4, 4), (16, 8), (2, 2)):
+        y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
+        got = gh.launch_int4_hmma(x, *ws, y, swiglu, 128, gh.HmmaGemvConfig(blocks, nw, split))
+        assert_close(got, _want(x, ws, swiglu), what=f"hmma GEMV {n}x{k} blocks={blocks} w={nw} split={split}")
+
+
+@pytest.mark.gpu
+def test_gpu_hmma_group_256(gen, device, poisoned_outputs):
+    x, ws = _problem(4096, 5120, 256, True, gen, device)
+    got = gh.launch_int4_hmma(x, *ws, torch.empty(1, 4096, dtype=torch.bfloat16, device=device), True, 256,
+                              gh.pick(90, True, 4096, 5120, 132, False))
+    assert_close(got, _want(x, ws, True), what="hmma GEMV G=256")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
+def test_gpu_hmma_agrees_with_v2(n, k, swiglu, gen, device):
+    """Both fp32 paths from the exact weights differ by summation order only."""
+    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    y_h = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
+                              gh.pick(90, swiglu, n, k, 132, False))
+    y_v2 = gv.launch_gemv("int4", x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
+                          gv.GemvConfig(16, 512, 4))
+    scale = y_v2.abs().max().item()
+    assert (y_h - y_v2).abs().max().item() <= 1e-4 * scale
