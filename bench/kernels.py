@@ -41,7 +41,7 @@ CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "sweep-gemv-hmma-fp8", "gemv-split-finish")
+                "gemv-split-finish")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -329,7 +329,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-hmma-fp8", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv",
             "sweep-attention", "sweep-gemm")
 
 
@@ -377,8 +377,6 @@ def dry_run(args) -> int:
         S.sweep_gemv_mma(2, gen, dry=True)
     if "sweep-gemv-hmma" in sections:
         S.sweep_gemv_hmma(2, gen, dry=True)
-    if "sweep-gemv-hmma-fp8" in sections:
-        S.sweep_gemv_hmma_fp8(2, gen, dry=True)
     if "gemv-split-finish" in sections:
         S.gemv_split_finish(2, gen)
     errors = [r for r in ROWS if "error" in r]
@@ -443,8 +441,6 @@ def main(argv: list[str] | None = None) -> int:
         S.sweep_gemv_mma(reps, gen)
     if "sweep-gemv-hmma" in sections:
         S.sweep_gemv_hmma(reps, gen)
-    if "sweep-gemv-hmma-fp8" in sections:
-        S.sweep_gemv_hmma_fp8(reps, gen)
     if "gemv-split-finish" in sections:
         S.gemv_split_finish(reps, gen)
     if "skinny" in sections:

@@ -144,30 +144,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
         gemv_hmma.pick = saved
 
 
-def sweep_gemv_hmma_fp8(reps, gen, dry=False):
-    """fp8 M == 1: v2 (the default) beside the mma.sync fp8 GEMV (linear/gemv_hmma_fp8.py) with its default
-    pick and (16-row blocks, warps, split_k) candidates at every 27B shape, interleaved per shape."""
-    from modeld.kernels.linear import gemv_hmma_fp8 as gf
-    cands = ((16, 4, 2), (16, 4, 4), (8, 4, 4), (32, 8, 2), (32, 8, 4), (8, 4, 8), (16, 8, 4))
-    if dry:
-        cands = ((1, 4, 1), (2, 4, 2))
-    saved = gf.pick, gf.FP8_GEMV
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            gf.FP8_GEMV = "v2"
-            K.bench_linear(1, "fp8", label, n, k, sw, reps, gen, variant="v2")
-            gf.FP8_GEMV = "hmma"
-            K.bench_linear(1, "fp8", label, n, k, sw, reps, gen, variant="v2", baseline=False, tag=" [fp8 hmma]")
-            for nb, nw, split in cands:
-                cand = gf.Fp8HmmaConfig(nb, nw, split, source="sweep candidate")
-                gf.pick = lambda *a, _c=cand: _c
-                K.bench_linear(1, "fp8", label, n, k, sw, reps, gen, variant="v2", baseline=False,
-                               tag=f" [sweep fp8 hmma {nb}b w{nw} k{split}]")
-                gf.pick = saved[0]
-    finally:
-        gf.pick, gf.FP8_GEMV = saved
-
-
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2

@@ -43,13 +43,11 @@ from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelVal
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
-from modeld.kernels.linear import gemv_hmma_fp8 as _gemv_hmma_fp8
 from modeld.kernels.linear import gemv_mma as _gemv_mma
 from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
-from modeld.kernels.linear.gemv_hmma_fp8 import _gemv_fp8_hmma_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 from modeld.kernels.linear.configs import GEMV_TUNED, TileConfig, pick, pick_gemv
@@ -332,11 +330,6 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
         hcfg = _gemv_hmma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
         return _gemv_hmma.launch_int4_hmma(x, w, ws, wm, y, swiglu, group, hcfg, kernel=_gemv_int4_hmma_kernel,
                                            finish=_gemv_finish_kernel)
-    if (config is None and fmt == FMT_FP8 and GEMV_VARIANT == "v2" and _gemv_hmma_fp8.FP8_GEMV == "hmma"
-            and _gemv_hmma_fp8.usable(x, w)):
-        fcfg = _gemv_hmma_fp8.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
-        return _gemv_hmma_fp8.launch_fp8_hmma(x, w, ws, y, swiglu, fcfg, kernel=_gemv_fp8_hmma_kernel,
-                                              finish=_gemv_finish_kernel)
     if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.serves(sm, swiglu, n, k)
             and _gemv_mma.usable(x, w, group)):
         mcfg = _gemv_mma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
