@@ -144,7 +144,14 @@ def test_compare_logits_near_tie_rule():
     r = compare_logits(eng, ref, top_k=2, tie=0.125)
     assert (r["argmax_agree"], r["near_tie_disagreements"], r["other_disagreements"]) == (0, 1, 1)
     assert not r["pass"] and r["max_abs_full"] == pytest.approx(6.0)
+    d0, d1 = r["disagreements"]  # row 0: margin 0.0625 <= 0.125 + 0.0625; row 1: pick 2, margin 5 > 0.125 + 0
+    assert (d0["position"], d0["ref_top"], d0["engine_pick"], d0["near_tie"]) == (0, 0, 1, True)
+    assert d0["margin"] == pytest.approx(0.0625) and d0["allowed"] == pytest.approx(0.1875)
+    assert d0["engine_lead"] == pytest.approx(0.05, abs=1e-6)
+    assert (d1["position"], d1["engine_pick"], d1["near_tie"]) == (1, 2, False)
+    assert d1["margin"] == pytest.approx(5.0) and d1["engine_lead"] == pytest.approx(1.0)
     ok = compare_logits(ref.clone(), ref)
+    assert ok["disagreements"] == []
     assert ok["pass"] and ok["argmax_agree"] == 2 and ok["max_abs_full"] == 0.0
     m = merge([ok, r])
     assert m["positions"] == 4 and m["argmax_agree"] == 2 and not m["pass"] and m["max_abs_full"] == pytest.approx(6.0)

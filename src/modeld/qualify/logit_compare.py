@@ -37,7 +37,11 @@ def compare_logits(eng, ref, top_k: int = 10, tie: float = 0.125) -> dict:
 
     Returns positions, exact argmax agreements, near-tie disagreements, other disagreements,
     `pass` (True when every disagreement is a near-tie), max |Δ| over the reference's top-k,
-    max and mean |Δ| over the full vocabulary. Raises LogitShapeError.
+    max and mean |Δ| over the full vocabulary, and `disagreements`: for each position whose argmax
+    differs, the ids, the reference's margin (its top minus its logit of the engine's pick), the margin
+    the rule allows (tie + that position's top-k error) and the engine's lead (its pick minus its
+    logit of the reference's top) — so a failed gate shows how far past the rule each flip was.
+    Raises LogitShapeError.
     """
     import torch
 
@@ -51,12 +55,16 @@ def compare_logits(eng, ref, top_k: int = 10, tie: float = 0.125) -> dict:
     margin = vals[:, 0] - r.gather(1, pick[:, None])[:, 0]               # ref top - ref(engine pick)
     near = ~exact & (margin <= tie + topk_err)
     other = ~exact & ~near
+    lead = e.gather(1, pick[:, None])[:, 0] - e.gather(1, top[:, None])[:, 0]
+    flips = [{"position": i, "ref_top": int(top[i]), "engine_pick": int(pick[i]), "margin": float(margin[i]),
+              "allowed": float(tie + topk_err[i]), "engine_lead": float(lead[i]), "near_tie": bool(near[i])}
+             for i in (~exact).nonzero()[:, 0].tolist()]
     return {
         "positions": int(e.shape[0]), "argmax_agree": int(exact.sum()),
         "near_tie_disagreements": int(near.sum()), "other_disagreements": int(other.sum()),
         "pass": bool(other.sum() == 0), "tie_margin": tie, "top_k": int(ids.shape[1]),
         "max_abs_topk": float(topk_err.max()), "max_abs_full": float(diff.max()),
-        "mean_abs_full": float(diff.mean()),
+        "mean_abs_full": float(diff.mean()), "disagreements": flips,
     }
 
 
