@@ -1,0 +1,75 @@
+"""Offline SASS of the int4 mma.sync GEMV (linear/gemv_hmma.py) at the 27B shapes (CPU, no GPU).
+
+Per shape, with the kernel's default pick: registers, spills, whether the loop's TTGIR holds a layout
+conversion or shared-memory buffer (it must not: every thread keeps its own fragment), and the SASS of
+one loop iteration (the common part plus one of the two accumulator branches, j < 8 / j >= 8) per weight
+(KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
+
+    PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import sys
+
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
+
+
+def iteration(sass: str) -> tuple[list[str], int]:
+    """(instructions of one loop iteration through one accumulator branch, instructions of the whole loop)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"^(\w+):\s*$", l))}
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             if (m := re.search(r"\t(?:@!?U?P\w+ )?BRA (\w+);", line)) and labels.get(m.group(1), i) < i]
+    if not loops:
+        return [], 0
+    top, end = max(loops, key=lambda se: se[1] - se[0])  # the K loop: the longest backward branch
+    body = lines[top:end + 1]
+    fwd = [(j, m.group(1)) for j, l in enumerate(body) if (m := re.search(r"BRA (\w+);", l))
+           and labels.get(m.group(1), -1) > top + j]
+    one = body
+    if len(fwd) >= 2:  # @P BRA else_label; <branch 1>; BRA join_label; else_label: <branch 2>; join_label: ...
+        (j_if, _), (j_end, join_l) = fwd[0], fwd[1]
+        one = body[:j_end + 1] + body[labels[join_l] - top:]
+    return [l.split("\t", 1)[1] for l in one if "\t" in l], sum("\t" in l for l in body)
+
+
+def main() -> int:
+    import torch
+
+    from bench import feasibility as feas
+    from bench.kernels import LINEAR_SHAPES
+    from modeld.kernels.linear import gemv_hmma as gh
+
+    feas._offline_patches([gh])
+    print("| shape | grid | regs | spill B | loop: convert/smem | iteration instr | weights/thread | instr/weight | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, n, k, sw in LINEAR_SHAPES:
+        rows = 2 * n if sw else n
+        x = torch.empty(1, k, dtype=torch.bfloat16)
+        q = torch.empty(rows, k // 2, dtype=torch.uint8)
+        s = torch.empty(rows, k // 128, dtype=torch.float16)
+        cfg = gh.pick(90, sw, n, k, 132, False)
+        jit, grid, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
+            x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]
+        kern, regs, spill = feas._compile_offline(jit, a, kw)
+        ttgir = kern.asm["ttgir"]
+        loop = ttgir[ttgir.index("scf.for"):] if "scf.for" in ttgir else ""
+        loop = loop[:loop.find("scf.yield") + 1] if "scf.yield" in loop else loop
+        conv = sum(loop.count(op) for op in ("convert_layout", "local_alloc", "local_load"))
+        ins, _ = iteration(kern.asm["sass"])
+        # per iteration a thread handles 2 chunks x 32 k x 2 rows (g, g + 8) x blocks per warp (x 2 for SwiGLU)
+        wpt = 2 * 32 * 2 * (kw["NB"] // kw["num_warps"]) * (2 if sw else 1)
+        ops = collections.Counter(re.match(r"(?:@!?U?P\w+ )?([A-Z0-9]+)", i).group(1) for i in ins)
+        top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
+        print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {len(ins)} | {wpt} | "
+              f"**{len(ins) / wpt:.2f}** | {top} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
