@@ -228,8 +228,9 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 @guarded
 @contextmanager
 def gemv_variant(variant: str):
-    """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`), "v2" (linear/gemv.py) or "mma"
-    (int4 on the tensor cores, linear/gemv_mma.py; other formats v2) for every format and size — the
+    """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`), "v2" (linear/gemv.py), "mma"
+    (int4 on wgmma, linear/gemv_mma.py) or "hmma" (int4 on mma.sync, linear/gemv_hmma.py; other formats
+    v2 for both) for every format and size — the
     routing policy (gemv.V2_FORMATS / V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV) is lifted, so a row tagged
     [v2] really ran v2. Restores everything on exit."""
     from modeld.kernels.linear import gemv, gemv_mma

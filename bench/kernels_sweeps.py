@@ -98,50 +98,46 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
         configs._gemv_default = saved
 
 
+def _sweep_int4_kernel(mod, variant, cands, tag, reps, gen):
+    """v2 (with cuBLAS bf16 beside it), then `variant`'s default pick, then each candidate config (installed
+    as `mod.pick`), at every 27B shape, interleaved per shape; `tag(cand)` names a candidate's row."""
+    saved = mod.pick
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
+            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant=variant, baseline=False)
+            for cand in cands:
+                mod.pick = lambda *a, _c=cand: _c
+                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant=variant, baseline=False,
+                               tag=f" [sweep {variant} {tag(cand)}]")
+                mod.pick = saved
+    finally:
+        mod.pick = saved
+
+
 def sweep_gemv_mma(reps, gen, dry=False):
     """int4 g128 M == 1: v2 (its GEMV_TUNED entry, the default) beside the tensor-core GEMV
     (linear/gemv_mma.py) with its default pick and tile candidates (block_n, warps, stages, split_k), at
     every 27B shape, interleaved per shape; cuBLAS bf16 beside v2. Winners go to gemv_mma.MMA_TUNED."""
     from modeld.kernels.linear import gemv_mma
-    cands = ((64, 4, 3, 3), (64, 4, 3, 4), (64, 4, 3, 8), (64, 4, 2, 4), (64, 4, 4, 4), (128, 4, 3, 3),
+    tiles = ((64, 4, 3, 3), (64, 4, 3, 4), (64, 4, 3, 8), (64, 4, 2, 4), (64, 4, 4, 4), (128, 4, 3, 3),
              (128, 4, 3, 4), (128, 4, 3, 8), (128, 4, 4, 4))
     if dry:
-        cands = ((64, 4, 1, 1), (64, 4, 1, 2))
-    saved = gemv_mma.pick
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="mma", baseline=False)
-            for bn, nw, ns, split in cands:
-                cand = gemv_mma.MmaGemvConfig(bn, nw, ns, split, source="sweep candidate")
-                gemv_mma.pick = lambda *a, _c=cand: _c
-                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="mma", baseline=False,
-                               tag=f" [sweep mma {bn}w{nw}s{ns}k{split}]")
-                gemv_mma.pick = saved
-    finally:
-        gemv_mma.pick = saved
+        tiles = ((64, 4, 1, 1), (64, 4, 1, 2))
+    cands = [gemv_mma.MmaGemvConfig(*t, source="sweep candidate") for t in tiles]
+    _sweep_int4_kernel(gemv_mma, "mma", cands, lambda c: f"{c.block_n}w{c.num_warps}s{c.num_stages}k{c.split_k}",
+                       reps, gen)
 
 
 def sweep_gemv_hmma(reps, gen, dry=False):
     """int4 g128 M == 1: v2 (the default) beside the mma.sync GEMV (linear/gemv_hmma.py) with its default
     pick and (16-row blocks, warps, split_k) candidates at every 27B shape, interleaved per shape."""
     from modeld.kernels.linear import gemv_hmma
-    cands = ((4, 4, 3), (4, 4, 4), (8, 4, 3), (4, 4, 6), (4, 4, 8), (2, 2, 8), (8, 8, 4))
+    tiles = ((4, 4, 3), (4, 4, 4), (8, 4, 3), (4, 4, 6), (4, 4, 8), (2, 2, 8), (8, 8, 4))
     if dry:
-        cands = ((1, 4, 1), (2, 4, 2))
-    saved = gemv_hmma.pick
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False)
-            for nb, nw, split in cands:
-                cand = gemv_hmma.HmmaGemvConfig(nb, nw, split, source="sweep candidate")
-                gemv_hmma.pick = lambda *a, _c=cand: _c
-                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False,
-                               tag=f" [sweep hmma {nb}b w{nw} k{split}]")
-                gemv_hmma.pick = saved
-    finally:
-        gemv_hmma.pick = saved
+        tiles = ((1, 4, 1), (2, 4, 2))
+    cands = [gemv_hmma.HmmaGemvConfig(*t, source="sweep candidate") for t in tiles]
+    _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: f"{c.blocks}b w{c.num_warps} k{c.split_k}", reps, gen)
 
 
 def sweep_gemv_ba(reps, gen):

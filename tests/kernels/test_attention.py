@@ -13,18 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, poison
+from modeld.kernels._testing import assert_close
 from modeld.kernels.attention import configs as acfg
 from modeld.kernels.attention import reference as ref
 from modeld.kernels import _arrival as ar
 from modeld.kernels.attention import triton as tt
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
 
 
 def _rand(shape, gen, device, scale=1.0):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, interpreting, poison, tolerance
+from modeld.kernels._testing import assert_close, interpreting, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemv as gv
@@ -20,13 +20,6 @@ from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
 
 FORMATS = ["bf16", "fp8", "int4g32", "int4g128"]
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    """Every torch.empty during the test returns poison (NaN / int min)."""
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
 
 
 def _device_gen(gen, device) -> torch.Generator:

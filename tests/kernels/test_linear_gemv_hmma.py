@@ -11,32 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels_int4_problem import int4_problem, int4_want
+
 from modeld.kernels._testing import assert_close
 from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import gemv_hmma as gh
 from modeld.kernels.linear import gemv_mma as gm
-from modeld.kernels.linear import quant
-from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    from modeld.kernels._testing import poison
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
-
-
-def _problem(n, k, group, swiglu, gen, device, x_scale=2.0, w_shift=0.0):
-    g = torch.Generator(device=device)
-    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    w = torch.randn(2 * n if swiglu else n, k, generator=g, device=device) / k**0.5 + w_shift
-    x = (torch.randn(1, k, generator=g, device=device) * x_scale).bfloat16()
-    return x, quant.quantize_int4(w, group)
-
-
-def _want(x, ws, swiglu):
-    return (ref.swiglu_linear_int4 if swiglu else ref.linear_int4)(x, *ws)
 
 
 # (N, K, G, swiglu, blocks, split): N not a multiple of 16 (rows g + 8 masked separately from rows g), N a
@@ -51,26 +32,26 @@ CPU_CASES = [(37, 384, 128, False, 2, 1), (64, 256, 128, False, 2, 1), (37, 640,
                          ids=[f"N{c[0]}-K{c[1]}-G{c[2]}{'-swiglu' if c[3] else ''}-b{c[4]}-s{c[5]}"
                               for c in CPU_CASES])
 def test_hmma_gemv_matches_reference(n, k, group, swiglu, blocks, split, gen, device, poisoned_outputs):
-    x, ws = _problem(n, k, group, swiglu, gen, device)
+    x, ws = int4_problem(n, k, group, swiglu, gen, device)
     y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
     got = gh.launch_int4_hmma(x, *ws, y, swiglu, group, gh.HmmaGemvConfig(blocks, 4, split))
     assert got is y
-    assert_close(got, _want(x, ws, swiglu), what=f"hmma GEMV N={n} K={k} G={group} split={split}")
+    assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV N={n} K={k} G={group} split={split}")
 
 
 def test_hmma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
     """|min| >> scale and large |x|: (m - 128 s) X dominates and cancels against s sum((128 + q) x)."""
-    x, ws = _problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
+    x, ws = int4_problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
     y = torch.empty(1, 48, dtype=torch.bfloat16, device=device)
     got = gh.launch_int4_hmma(x, *ws, y, False, 128, gh.HmmaGemvConfig(1, 4, 2))
-    assert_close(got, _want(x, ws, False), what="hmma GEMV, shifted weights")
+    assert_close(got, int4_want(x, ws, False), what="hmma GEMV, shifted weights")
 
 
 def test_more_than_16_chunks_forces_a_split(gen, device, poisoned_outputs):
-    x, ws = _problem(40, 2304, 128, False, gen, device)  # 18 chunks
+    x, ws = int4_problem(40, 2304, 128, False, gen, device)  # 18 chunks
     y = torch.empty(1, 40, dtype=torch.bfloat16, device=device)
     got = gh.launch_int4_hmma(x, *ws, y, False, 128, gh.HmmaGemvConfig(2, 4, 1))
-    assert_close(got, _want(x, ws, False), what="18 chunks, forced split")
+    assert_close(got, int4_want(x, ws, False), what="18 chunks, forced split")
 
 
 def test_hmma_routing(gen, device, poisoned_outputs, monkeypatch):
@@ -78,11 +59,11 @@ def test_hmma_routing(gen, device, poisoned_outputs, monkeypatch):
     calls = []
     real = gh.launch_int4_hmma
     monkeypatch.setattr(gh, "launch_int4_hmma", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
-    x, ws = _problem(40, 256, 128, True, gen, device)
+    x, ws = int4_problem(40, 256, 128, True, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
-    assert_close(tt.swiglu_linear_int4(x, *ws), _want(x, ws, True), what="routed hmma")
+    assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="routed hmma")
     assert len(calls) == 1
-    x32, ws32 = _problem(40, 256, 32, False, gen, device)  # G = 32: not usable
+    x32, ws32 = int4_problem(40, 256, 32, False, gen, device)  # G = 32: not usable
     tt.linear_int4(x32, *ws32)
     tt.swiglu_linear_int4(torch.cat([x, x]), *ws)  # M = 2
     monkeypatch.setattr(gm, "INT4_GEMV", "v2")
@@ -117,26 +98,26 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 @pytest.mark.parametrize("split", [1, 3, 8])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
-    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     for blocks, nw in ((8, 4), (4, 4), (16, 8), (2, 2)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
         got = gh.launch_int4_hmma(x, *ws, y, swiglu, 128, gh.HmmaGemvConfig(blocks, nw, split))
-        assert_close(got, _want(x, ws, swiglu), what=f"hmma GEMV {n}x{k} blocks={blocks} w={nw} split={split}")
+        assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV {n}x{k} blocks={blocks} w={nw} split={split}")
 
 
 @pytest.mark.gpu
 def test_gpu_hmma_group_256(gen, device, poisoned_outputs):
-    x, ws = _problem(4096, 5120, 256, True, gen, device)
+    x, ws = int4_problem(4096, 5120, 256, True, gen, device)
     got = gh.launch_int4_hmma(x, *ws, torch.empty(1, 4096, dtype=torch.bfloat16, device=device), True, 256,
                               gh.pick(90, True, 4096, 5120, 132, False))
-    assert_close(got, _want(x, ws, True), what="hmma GEMV G=256")
+    assert_close(got, int4_want(x, ws, True), what="hmma GEMV G=256")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_hmma_agrees_with_v2(n, k, swiglu, gen, device):
     """Both fp32 paths from the exact weights differ by summation order only."""
-    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     y_h = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
                               gh.pick(90, swiglu, n, k, 132, False))
     y_v2 = gv.launch_gemv("int4", x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,

@@ -10,36 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels_int4_problem import int4_problem, int4_want
+
 from modeld.kernels._testing import assert_close
 from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import gemv_mma as gm
-from modeld.kernels.linear import quant
-from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    from modeld.kernels._testing import poison
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
-
-
-def _dev_gen(gen, device):
-    g = torch.Generator(device=device)
-    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    return g
-
-
-def _problem(n, k, group, swiglu, gen, device, x_scale=2.0, w_shift=0.0):
-    g = _dev_gen(gen, device)
-    w = torch.randn(2 * n if swiglu else n, k, generator=g, device=device) / k**0.5 + w_shift
-    x = (torch.randn(1, k, generator=g, device=device) * x_scale).bfloat16()
-    return x, quant.quantize_int4(w, group)
-
-
-def _want(x, ws, swiglu):
-    return (ref.swiglu_linear_int4 if swiglu else ref.linear_int4)(x, *ws)
 
 
 # (N, K, G, swiglu, block_n, split): odd N (masked rows, EVEN_N False), N a multiple of the tile
@@ -51,20 +27,20 @@ CPU_CASES = [(37, 384, 128, False, 64, 1), (64, 256, 128, False, 64, 1), (37, 64
 @pytest.mark.parametrize("n,k,group,swiglu,bn,split", CPU_CASES,
                          ids=[f"N{c[0]}-K{c[1]}-G{c[2]}{'-swiglu' if c[3] else ''}-s{c[5]}" for c in CPU_CASES])
 def test_mma_gemv_matches_reference(n, k, group, swiglu, bn, split, gen, device, poisoned_outputs):
-    x, ws = _problem(n, k, group, swiglu, gen, device)
+    x, ws = int4_problem(n, k, group, swiglu, gen, device)
     y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
     got = gm.launch_int4_mma(x, *ws, y, swiglu, group, gm.MmaGemvConfig(bn, 4, 1, split))
     assert got is y
-    assert_close(got, _want(x, ws, swiglu), what=f"mma GEMV N={n} K={k} G={group} split={split}")
+    assert_close(got, int4_want(x, ws, swiglu), what=f"mma GEMV N={n} K={k} G={group} split={split}")
 
 
 def test_mma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
     """Groups far from zero (|min| >> scale) and large |x|: the (m - 128 s) * sum(x) term dominates and
     cancels against s * sum((128 + q) x); fp32 must keep the q.x part within the bf16 tolerance."""
-    x, ws = _problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
+    x, ws = int4_problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
     y = torch.empty(1, 48, dtype=torch.bfloat16, device=device)
     got = gm.launch_int4_mma(x, *ws, y, False, 128, gm.MmaGemvConfig(64, 4, 1, 2))
-    assert_close(got, _want(x, ws, False), what="mma GEMV, shifted weights")
+    assert_close(got, int4_want(x, ws, False), what="mma GEMV, shifted weights")
 
 
 def test_mma_routing(gen, device, poisoned_outputs, monkeypatch):
@@ -72,11 +48,11 @@ def test_mma_routing(gen, device, poisoned_outputs, monkeypatch):
     calls = []
     real = gm.launch_int4_mma
     monkeypatch.setattr(gm, "launch_int4_mma", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
-    x, ws = _problem(40, 256, 128, True, gen, device)
+    x, ws = int4_problem(40, 256, 128, True, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "mma")
-    assert_close(tt.swiglu_linear_int4(x, *ws), _want(x, ws, True), what="routed mma")
+    assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="routed mma")
     assert len(calls) == 1
-    x32, ws32 = _problem(40, 256, 32, False, gen, device)  # G = 32: not usable -> v1/v2
+    x32, ws32 = int4_problem(40, 256, 32, False, gen, device)  # G = 32: not usable -> v1/v2
     tt.linear_int4(x32, *ws32)
     x2 = torch.cat([x, x])  # M = 2: skinny path
     tt.swiglu_linear_int4(x2, *ws)
@@ -89,7 +65,7 @@ def test_mma_routing(gen, device, poisoned_outputs, monkeypatch):
     assert len(calls) == 1
     sm = 90 if device.type == "cuda" else 0
     monkeypatch.setitem(gm.MMA_TUNED, (sm, True, 40, 256), gm.MmaGemvConfig(64, 4, 1, 1, source="test"))
-    assert_close(tt.swiglu_linear_int4(x, *ws), _want(x, ws, True), what="tuned mma")
+    assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="tuned mma")
     assert len(calls) == 2  # (the interpreter launches its own small tile; the GPU the entry)
 
 
@@ -113,10 +89,10 @@ def test_pick_defaults_cover_the_gpu():
 
 def test_more_than_16_groups_forces_a_split(gen, device, poisoned_outputs):
     """K = 2304 is 18 groups: with split_k = 1 asked, the launch still splits (X has 16 columns)."""
-    x, ws = _problem(40, 2304, 128, False, gen, device)
+    x, ws = int4_problem(40, 2304, 128, False, gen, device)
     y = torch.empty(1, 40, dtype=torch.bfloat16, device=device)
     got = gm.launch_int4_mma(x, *ws, y, False, 128, gm.MmaGemvConfig(64, 4, 1, 1))
-    assert_close(got, _want(x, ws, False), what="18 groups, forced split")
+    assert_close(got, int4_want(x, ws, False), what="18 groups, forced split")
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -128,11 +104,11 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 @pytest.mark.parametrize("split", [1, 2, 8])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_mma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
-    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     for bn, nw in ((128, 4), (64, 4), (128, 8)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
         got = gm.launch_int4_mma(x, *ws, y, swiglu, 128, gm.MmaGemvConfig(bn, nw, 2, split))
-        assert_close(got, _want(x, ws, swiglu), what=f"mma GEMV {n}x{k} bn={bn} w={nw} split={split}")
+        assert_close(got, int4_want(x, ws, swiglu), what=f"mma GEMV {n}x{k} bn={bn} w={nw} split={split}")
 
 
 @pytest.mark.gpu
@@ -144,10 +120,10 @@ def test_gpu_tuned_shapes_take_mma(gen, device, poisoned_outputs, monkeypatch):
     monkeypatch.setattr(gm, "launch_int4_mma", lambda *a, **kw: calls.append(a[-1]) or real(*a, **kw))
     for (sm, swiglu, n, k), cfg in gm.MMA_TUNED.items():
         calls.clear()
-        x, ws = _problem(n, k, 128, swiglu, gen, device)
+        x, ws = int4_problem(n, k, 128, swiglu, gen, device)
         got = (tt.swiglu_linear_int4 if swiglu else tt.linear_int4)(x, *ws)
         assert calls == [cfg]
-        assert_close(got, _want(x, ws, swiglu), what=f"tuned mma {n}x{k}")
+        assert_close(got, int4_want(x, ws, swiglu), what=f"tuned mma {n}x{k}")
 
 
 @pytest.mark.gpu
@@ -155,7 +131,7 @@ def test_gpu_tuned_shapes_take_mma(gen, device, poisoned_outputs, monkeypatch):
 def test_gpu_mma_agrees_with_v2(n, k, swiglu, gen, device):
     """Both fp32 paths from the exact weights: they differ by summation order only, far inside the
     bf16 output rounding."""
-    x, ws = _problem(n, k, 128, swiglu, gen, device)
+    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     y_mma = gm.launch_int4_mma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
                                gm.pick(90, swiglu, n, k, 132, False))
     y_v2 = gv.launch_gemv("int4", x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,

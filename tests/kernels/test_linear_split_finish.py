@@ -14,19 +14,13 @@ import pytest
 import torch
 
 from modeld.kernels import _arrival as ar
-from modeld.kernels._testing import assert_close, poison
+from modeld.kernels._testing import assert_close
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import gemv_mma as gm
 from modeld.kernels.linear import quant
 from modeld.kernels.linear import reference as ref
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
 
 
 class _NoLaunch:

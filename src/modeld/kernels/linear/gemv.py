@@ -49,7 +49,8 @@ from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
                                               GemvWorkspaceError, _gemv_finish_kernel, _split_finish,
-                                              reserve_split_counters, split_counter_buffer, split_finish)
+                                              finish_split, reserve_split_counters, split_counter_buffer,
+                                              split_finish, split_workspace)
 
 __all__ = ["GemvConfig", "V2_FORMATS", "V2_MIN_WEIGHTS", "SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError",
            "split_finish", "reserve_split_counters", "split_counter_buffer", "usable",
@@ -375,9 +376,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
     k = x.shape[1]
     split = max(1, cfg.split_k)
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
-    part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
-    fused = split > 1 and split_finish(n) == "fused"
-    cnt = reserve_split_counters(y.device, grid[0]) if fused else part
+    part, fused, cnt = split_workspace(y, split, grid[0])
     if fmt == "int4":
         ngs = max(1, cfg.block_k // group)
         ng = k // group
@@ -407,7 +406,5 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")
-    if split > 1 and not fused:
-        (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
-                                                                  num_warps=4)
+    finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y

@@ -21,7 +21,7 @@ The work is split in 128-k "chunks" (16 words per row; a G = 256 group is two ch
 * after the loop: y[n] = sum_j s[n, j] C[n][j] + (m[n, j] - 128 s[n, j]) X[j], X[j] the sum of x over
   chunk j (plain Triton loads, once per program) — the re-association of v2 and gemv_mma: exact bf16
   products (128 + q) x, fp32 accumulation. Thread (g, t) holds rows g, g + 8 of chunks 2t, 2t + 1.
-Split-K (a program holds <= 16 chunks) writes fp32 partials finished as `gemv_mma` does. The CPU
+Split-K (a program holds <= 16 chunks) writes fp32 partials finished as in `gemv_mma` (gemv_split). The CPU
 interpreter runs no inline asm: there ASM=False computes the same tensors with plain Triton ops
 (`_hmma_emulated`), so the indexing, the one-hot columns and the epilogue are tested on CPU and the
 PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
@@ -37,7 +37,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _split_finish
+from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
 __all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
 
@@ -337,18 +337,10 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     if SWIGLU:
         so = up_offset * stride_s
         uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB)
-    if SPLIT == 1:
-        if SWIGLU:
-            tl.store(y_ptr + out_rows, (gv * tl.sigmoid(gv) * uv).to(y_ptr.dtype.element_ty), mask=omask)
-        else:
-            tl.store(y_ptr + out_rows, gv.to(y_ptr.dtype.element_ty), mask=omask)
-    else:
-        base = part_ptr + pid_k * 2 * N  # partials [SPLIT, 2N]: gate / plain at rows, up at N + rows
-        tl.store(base + out_rows, gv, mask=omask)
-        if SWIGLU:
-            tl.store(base + N + out_rows, uv, mask=omask)
-        if FUSED:
-            _split_finish(part_ptr, y_ptr, cnt_ptr, n0 + tl.arange(0, 16 * NB), N, SPLIT, SWIGLU, False, 16 * NB)
+    if not SWIGLU:
+        uv = gv
+    _store_rows(y_ptr, part_ptr, cnt_ptr, out_rows, omask, gv, uv, n0 + tl.arange(0, 16 * NB), N, SPLIT, SWIGLU, FUSED,
+                16 * NB)
 
 
 def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvConfig, kernel=None,
@@ -361,21 +353,14 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     gemv.GemvWorkspaceError when a capture needs unreserved counters).
     """
     n = y.shape[1]
-    k = x.shape[1]
-    nc = k // 128
-    split = max(cfg.split_k, triton.cdiv(nc, MAX_GROUPS))
-    cpp = triton.cdiv(nc, min(split, nc))
-    split = triton.cdiv(nc, cpp)  # no empty split
+    nc = x.shape[1] // 128
+    split, cpp = _split.split_units(nc, cfg.split_k, MAX_GROUPS)
     grid = (triton.cdiv(n, 16 * cfg.blocks), split)
-    part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
-    fused = split > 1 and _split.split_finish(n) == "fused"
-    cnt = _split.reserve_split_counters(y.device, grid[0]) if fused else part
+    part, fused, cnt = _split.split_workspace(y, split, grid[0])
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, n, nc, cpp, w.stride(0) // 4, ws.stride(0), n,
         SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
         ASM=not interpreting(), FUSED=fused, num_warps=cfg.num_warps, num_stages=1,
     )
-    if split > 1 and not fused:
-        (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
-                                                                  num_warps=4)
+    _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y

@@ -16,8 +16,9 @@ weight costs about one ALU instruction of decoding:
   needs N >= 8 and tl.dot 16; the idle columns cost tensor-core time, not issue slots);
 * per group: W.x = s * sum_k (128 + q) x_k + (m - 128 s) * sum_k x_k — the same re-association as v2
   (fp32 accumulation of exact bf16 products; only the summation order differs from the reference).
-Split-K (cfg.split_k > 1) writes fp32 partials finished by `gemv._gemv_finish_kernel` or, with
-`gemv_split.split_finish(N)` == "fused", by the row block's last arriving program (`gemv_split._split_finish`).
+Split-K (cfg.split_k > 1) writes fp32 partials (`gemv_split._store_rows`) finished by
+`gemv_split._gemv_finish_kernel` or, with `gemv_split.split_finish(N)` == "fused", by the row block's last
+arriving program.
 The CPU interpreter cannot run inline asm or bf16 dots: there ASM=False decodes with Triton shifts and
 DOT_F32 multiplies fp32 tiles (same values: 128 + q and bf16 x are exact in fp32).
 """
@@ -33,7 +34,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _split_finish
+from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
 __all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
 
@@ -213,18 +214,9 @@ def _gemv_int4_mma_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, 
     gv = _epilogue_sum(acc_g, s_ptr, m_ptr, x_ptr, rows, rmask, g_lo, g_hi, stride_s, G)
     if SWIGLU:
         uv = _epilogue_sum(acc_u, s_ptr, m_ptr, x_ptr, urows, rmask, g_lo, g_hi, stride_s, G)
-    if SPLIT == 1:
-        if SWIGLU:
-            tl.store(y_ptr + rows, (gv * tl.sigmoid(gv) * uv).to(y_ptr.dtype.element_ty), mask=rmask)
-        else:
-            tl.store(y_ptr + rows, gv.to(y_ptr.dtype.element_ty), mask=rmask)
-    else:
-        base = part_ptr + pid_k * 2 * N  # partials [SPLIT, 2N]: gate / plain at rows, up at N + rows
-        tl.store(base + rows, gv, mask=rmask)
-        if SWIGLU:
-            tl.store(base + N + rows, uv, mask=rmask)
-        if FUSED:  # the row block's last program sums the SPLIT partials (same order as the finish kernel)
-            _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT, SWIGLU, False, BLOCK_N)
+    if not SWIGLU:
+        uv = gv
+    _store_rows(y_ptr, part_ptr, cnt_ptr, rows, rmask, gv, uv, rows, N, SPLIT, SWIGLU, FUSED, BLOCK_N)
 
 
 def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfig, kernel=None,
@@ -237,22 +229,15 @@ def launch_int4_mma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: MmaGemvConfi
     gemv.GemvWorkspaceError when a capture needs unreserved counters).
     """
     n = y.shape[1]
-    k = x.shape[1]
-    ng = k // group
-    split = max(cfg.split_k, triton.cdiv(ng, MAX_GROUPS))  # a program holds <= 16 groups (X columns)
-    gps = triton.cdiv(ng, min(split, ng))
-    split = triton.cdiv(ng, gps)  # no empty split
+    ng = x.shape[1] // group
+    split, gps = _split.split_units(ng, cfg.split_k, MAX_GROUPS)  # a program holds <= 16 groups (X columns)
     grid = (triton.cdiv(n, cfg.block_n), split)
-    part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
-    fused = split > 1 and _split.split_finish(n) == "fused"
-    cnt = _split.reserve_split_counters(y.device, grid[0]) if fused else part
+    part, fused, cnt = _split.split_workspace(y, split, grid[0])
     interp = interpreting()
     (kernel or _gemv_int4_mma_kernel)[grid](
         x, w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4, ws.stride(0), n,
         SWIGLU=swiglu, G=group, BLOCK_N=cfg.block_n, SPLIT=split, EVEN_N=n % cfg.block_n == 0,
         ASM=not interp, DOT_F32=interp, FUSED=fused, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split > 1 and not fused:
-        (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
-                                                                  num_warps=4)
+    _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y

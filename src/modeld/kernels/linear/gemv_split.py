@@ -5,6 +5,8 @@ Each program of a split-K launch stores fp32 partials [SPLIT, 2N]; then either a
 (`_gemv_finish_kernel`) sums them, or the last arriving program of each row block does it inside the
 GEMV launch (`_split_finish`, counters from `kernels/_arrival.py`). Both call `_finish_rows`, in split
 order, so the two paths are bit-identical. KNOWLEDGE/optimizations/gemv-split-k-fused-finish.md.
+Launchers share the host side (`split_units`, `split_workspace`, `finish_split`); one-tile kernels (gemv_mma,
+gemv_hmma) write their output through `_store_rows`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from modeld.kernels import _arrival
 from modeld.kernels.errors import KernelValueError
 
 __all__ = ["SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError", "split_finish",
-           "reserve_split_counters", "split_counter_buffer"]  # kernels: _gemv_finish_kernel, _split_finish
+           "reserve_split_counters", "split_counter_buffer", "split_units", "split_workspace", "finish_split"]
+# kernels: _gemv_finish_kernel, _split_finish, _store_rows
 
 # How split-K (cfg.split_k > 1) partials are finished: "kernel" = a second launch (`_gemv_finish_kernel`),
 # "fused" = the last arriving program of each row block sums them inside the GEMV launch (one graph
@@ -65,6 +68,34 @@ def split_counter_buffer(device: torch.device, stream=None) -> torch.Tensor | No
     return _arrival.counter_buffer(_COUNTER_NAME, device, stream)
 
 
+def split_units(units: int, split_k: int, max_per: int) -> tuple[int, int]:
+    """(split, units per split) for K cut into `units` (groups / chunks): at least split_k splits and at most
+    max_per units in one, none left empty."""
+    split = max(split_k, triton.cdiv(units, max_per))
+    per = triton.cdiv(units, min(split, units))
+    return triton.cdiv(units, per), per
+
+
+def split_workspace(y: torch.Tensor, split: int, row_blocks: int) -> tuple[torch.Tensor, bool, torch.Tensor]:
+    """(part, fused, cnt) of a launch with `split` programs per row block and `row_blocks` row blocks: the
+    fp32 partials [split, 2N] (y itself when split == 1), whether the last arriver finishes them
+    (`split_finish`) and its arrival counters (else `part`, unused). Raises GemvWorkspaceError as
+    `reserve_split_counters`."""
+    n = y.shape[1]
+    part = torch.empty((split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
+    fused = split > 1 and split_finish(n) == "fused"
+    return part, fused, reserve_split_counters(y.device, row_blocks) if fused else part
+
+
+def finish_split(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, fused: bool, finish=None) -> None:
+    """Launch the second, finishing kernel when the partials of `split_workspace` are not finished in the
+    GEMV launch. `finish` overrides the JIT function (launch recorders). MUTATES y."""
+    if split > 1 and not fused:
+        n = y.shape[1]
+        (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
+                                                                  num_warps=4)
+
+
 @triton.jit
 def _finish_rows(part_ptr, y_ptr, offs, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
     """y[offs] = sum_s part[s, offs] in split order (SWIGLU: silu(that) * sum_s part[s, N + offs]).
@@ -95,6 +126,26 @@ def _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT: tl.constexpr, SWIGLU
         _finish_rows(part_ptr, y_ptr, rows, N, SPLIT, SWIGLU)
         if TWO_TILES:
             _finish_rows(part_ptr, y_ptr, rows + BLOCK_N, N, SPLIT, SWIGLU)
+
+
+@triton.jit
+def _store_rows(y_ptr, part_ptr, cnt_ptr, rows, mask, gv, uv, fin_rows, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr,
+                FUSED: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A one-tile GEMV program's output: y[rows] (silu(gv) * uv for SwiGLU) when SPLIT == 1, else its
+    partials at part[program_id(1)] (gate / plain at rows, up at N + rows) and, FUSED, the last-arriver
+    finish of the row block's fin_rows. uv is ignored without SWIGLU."""
+    if SPLIT == 1:
+        if SWIGLU:
+            tl.store(y_ptr + rows, (gv * tl.sigmoid(gv) * uv).to(y_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.store(y_ptr + rows, gv.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        base = part_ptr + tl.program_id(1) * 2 * N  # partials [SPLIT, 2N]
+        tl.store(base + rows, gv, mask=mask)
+        if SWIGLU:
+            tl.store(base + N + rows, uv, mask=mask)
+        if FUSED:  # the row block's last program sums the SPLIT partials (same order as the finish kernel)
+            _split_finish(part_ptr, y_ptr, cnt_ptr, fin_rows, N, SPLIT, SWIGLU, False, BLOCK_N)
 
 
 @triton.jit
