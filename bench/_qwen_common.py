@@ -82,6 +82,30 @@ def engine_tf_logits(engine, cases: list[tuple[list[int], list[int]]]):
     return out
 
 
+def random_cases(n: int, prompt_len: int, tokens: int, vocab_hi: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """n (prompt, forced tokens) pairs of seeded random ids below vocab_hi: teacher forcing needs no greedy
+    run (every position compares two sets of logits for the same context)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, vocab_hi, prompt_len).tolist(), rng.integers(0, vocab_hi, tokens).tolist())
+            for _ in range(n)]
+
+
+def other_flips(eng_logits, ref_logits, top_k: int, tie: float, device=None) -> dict:
+    """compare_logits per case (the near-tie rule, unchanged) merged, without the per-case rows; keeps every
+    disagreement that is not a near-tie ("other"), with its case index. `device`: where to compare (default:
+    the reference's)."""
+    from modeld.qualify.logit_compare import compare_logits, merge
+
+    rows = [compare_logits(e.to(device or r.device), r.to(device or r.device), top_k, tie)
+            for e, r in zip(eng_logits, ref_logits)]
+    m = merge(rows)
+    m.pop("cases")
+    m["other_flips"] = [dict(f, case=i) for i, r in enumerate(rows) for f in r["disagreements"] if not f["near_tie"]]
+    return m
+
+
 def hf_tf_logits(model, cases: list[tuple[list[int], list[int]]], device):
     """Reference logits: one HF forward, no cache, over prompt + tokens[:-1]; the logits at the
     last prompt position and every forced position -> [len(tokens), V] fp32 per case."""

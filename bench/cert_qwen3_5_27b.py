@@ -12,7 +12,7 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
               reference logits of every comparison); TTFT 128 (+ a probe length for the 8k estimate)
   engine_bf16 engine from HF's params (Triton, CUDA graph): teacher-forced logits vs HF's at every
               position (exact argmax, near-tie rule, max |Δ| over HF top-k, full-vocab max/mean)
-              and vs the fixture; decode p50/p90 at context 128, replay-only, fraction of roofline;
+              and vs the fixture; its "other" flips on the flip set (the rung-6 argmax scale); decode p50/p90 at context 128, replay-only, fraction of roofline;
               TTFT best of 3. Sets the natural noise scale of the rung-6 gate.
   engine_fp8, engine_int4
               quantized with the converter's own functions from HF's params on the GPU; same speed
@@ -29,10 +29,14 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
               and one long prefill
 
 Gates (decided before any GPU number was seen; see RUNG6_FACTOR): bf16 greedy parity vs HF passes
-when every argmax disagreement is a near-tie; fp8/int4 kernel parity passes when max and mean
-|Δlogit| vs the dequantized reference are each within RUNG6_FACTOR x the bf16 engine's own
-|Δlogit| vs HF in this run and every argmax disagreement is a near-tie. Quality vs bf16 is
-reported, not gated (random synthetic weights have no outlier structure to preserve).
+when every argmax disagreement on the fixture positions is a near-tie; fp8/int4 kernel parity passes
+when max and mean |Δlogit| vs the dequantized reference are each within RUNG6_FACTOR x the bf16
+engine's own |Δlogit| vs HF in this run, and its "other" argmax disagreements on the fixture + flip
+set (--flip-cases seeded random prompts, teacher-forced) are at most RUNG6_FACTOR x max(1, the bf16
+engine's own count vs HF on the same positions) — ARGMAX_RULE (session 6; before, one such flip in
+the 96 fixture positions failed the gate, which measured ~0.3 % of positions for every profile made
+a lottery). Quality vs bf16 is reported, not gated (random synthetic weights have no outlier
+structure to preserve).
 
 Writes $OUT/cert_qwen3_5_27b.json after every stage and, at the end, one certification record per
 profile ($OUT/cert-engine-qwen3_5-<config>-synthetic-<profile>.json). Exit 0 unless HF cannot load.
@@ -64,6 +68,16 @@ import _qwen_common as C  # noqa: E402
 RUNG6_FACTOR = 3.0
 RUNG6_RATIONALE = ("limit = 3 x the bf16 engine's own |Δlogit| vs HF in this run (two bf16 schedules on identical "
                    "weights); fixed before the 27B run; a wiring bug shows up at the size of the quantization error")
+# Rung-6 argmax rule (session 6, replacing "every disagreement on the 96 fixture positions is a near-tie"):
+# on 1536 extra teacher-forced positions of the synthetic 27B (bench/rung6_flip_rate.py, one H200 run) the
+# bf16 engine itself had 6 disagreements past `tie + top-k error` vs HF, int4 v2 4 and int4 hmma 5 vs the
+# dequantized HF: ~0.3 % of positions for every profile, so one such flip in 96 positions comes up in about
+# one run of four whatever the kernel (KNOWLEDGE/findings/rung6-one-flip-rule-is-a-lottery.md). The rule
+# therefore counts them on the fixture + a flip set and compares with the bf16 engine's own count on the
+# same positions, with the factor of the continuous limits; a wiring bug flips at the quantization-error
+# scale (the int4 engine vs HF bf16: 7 of 96 past the rule, ~7 %) and still fails.
+ARGMAX_RULE = ("other (non-near-tie) argmax disagreements on the fixture + flip-set positions <= RUNG6_FACTOR x "
+               "max(1, the bf16 engine's own count vs HF on the same positions)")
 PROFILES = ("bf16", "fp8", "int4")
 
 
@@ -78,6 +92,11 @@ def parse(argv):
     ap.add_argument("--new-tokens", type=int, default=32, help="forced tokens per prompt without a fixture (default 32)")
     ap.add_argument("--tie", type=float, default=0.125, help="near-tie margin (2 bf16 ulps at |logit| 8..16)")
     ap.add_argument("--top-k", type=int, default=10, help="HF top-k for the top-k logit error (default 10)")
+    ap.add_argument("--flip-cases", type=int, default=32,
+                    help="seeded random prompts of the flip set (rung-6 argmax rule; default 32, 0: fixture only)")
+    ap.add_argument("--flip-tokens", type=int, default=48, help="forced tokens per flip-set prompt (default 48)")
+    ap.add_argument("--flip-prompt-len", type=int, default=24, help="tokens per flip-set prompt (default 24)")
+    ap.add_argument("--flip-seed", type=int, default=20261130, help="seed of the flip set's ids")
     ap.add_argument("--steps", type=int, default=96, help="engine decode steps timed (default 96)")
     ap.add_argument("--ttft", default="128,8192", help="TTFT prompt lengths (default 128,8192)")
     ap.add_argument("--hf-probe", type=int, default=1024, help="HF prefill length measured to predict its long TTFT")
@@ -144,6 +163,11 @@ def hf_control(R, st):
     t0 = time.perf_counter()
     st.ref = C.hf_tf_logits(st.model, st.forced, st.dev)
     res["teacher_forced_forward_s"] = time.perf_counter() - t0
+    if st.flip:   # the flip set's reference, on the host until compared
+        t0 = time.perf_counter()
+        st.ref_flip = [x.to("cpu") for x in C.hf_tf_logits(st.model, st.flip, st.dev)]
+        res["flip_set"] = {"cases": len(st.flip), "positions": sum(len(t) for _, t in st.flip),
+                           "teacher_forced_forward_s": time.perf_counter() - t0}
     # HF's own no-cache forward vs its cached greedy run: the control's chunked-vs-recurrent noise
     res["tf_forward_vs_cached_greedy"] = merge([compare_fixture(lg, r["steps"], r["tokens"], a.tie)
                                                 for lg, r in zip(st.ref, runs)]) if not fx or all(same) else None
@@ -190,6 +214,11 @@ def engine_stage(R, st, profile: str):
     logits = C.engine_tf_logits(eng, st.forced)
     res["teacher_forced_s"] = time.perf_counter() - t0
     res["vs_hf"] = merge([compare_logits(e, r, a.top_k, a.tie) for e, r in zip(logits, st.ref)])
+    flip = None
+    if st.flip:
+        t0 = time.perf_counter()
+        flip = [x.to("cpu") for x in C.engine_tf_logits(eng, st.flip)]
+        res["flip_set_teacher_forced_s"] = time.perf_counter() - t0
     if st.forced_steps:
         res["vs_fixture"] = merge([compare_fixture(e, s, t, a.tie)
                                    for e, s, (_, t) in zip(logits, st.forced_steps, st.forced)])
@@ -205,12 +234,19 @@ def engine_stage(R, st, profile: str):
         res["ttft_by_chunk"] = C.engine_bench.ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
     if profile == "bf16":
         st.noise = res["vs_hf"]
+        # the bf16 engine's own "other" argmax flips vs HF on the fixture + flip set: the rung-6 argmax scale
+        st.noise_other = {"positions": res["vs_hf"]["positions"], "other": res["vs_hf"]["other_disagreements"]}
+        if flip is not None:
+            res["flip_vs_hf"] = C.other_flips(flip, st.ref_flip, a.top_k, a.tie, st.dev)
+            st.noise_other = {k: st.noise_other[k] + res["flip_vs_hf"][f] for k, f in
+                              (("positions", "positions"), ("other", "other_disagreements"))}
         res["gate"] = {"name": "greedy parity vs HF (near-tie rule)", "pass": res["vs_hf"]["pass"]
                        and res.get("vs_fixture", {"pass": True})["pass"]}
     else:
         res["quality_vs_bf16"] = merge([quality(r, e) for e, r in zip(logits, st.ref)])
         st.quant_logits[profile] = [x.to("cpu") for x in logits]
-    del eng, src, logits
+        st.quant_flip[profile] = flip
+    del eng, src, logits, flip
     C.release()
     vs = res["vs_hf"]
     tt = " ".join(f"{t['prompt_tokens']}:{t['ttft_s_min'] * 1e3:.0f}ms" for t in res["ttft"])
@@ -239,12 +275,22 @@ def rung6_stage(R, st, profile: str):
     eng = st.quant_logits.pop(profile)
     cmp = merge([compare_logits(e.to(d.device), d, a.top_k, a.tie) for e, d in zip(eng, deq)])
     res["vs_dequantized_hf"] = cmp
-    n = st.noise
-    limits = {"max_abs_full": RUNG6_FACTOR * n["max_abs_full"], "mean_abs_full": RUNG6_FACTOR * n["mean_abs_full"]}
+    other = {"positions": cmp["positions"], "other": cmp["other_disagreements"]}
+    flip = st.quant_flip.pop(profile, None)
+    if flip is not None:
+        res["flip_vs_dequantized_hf"] = C.other_flips(flip, C.hf_tf_logits(st.model, st.flip, st.dev), a.top_k, a.tie)
+        other = {"positions": other["positions"] + res["flip_vs_dequantized_hf"]["positions"],
+                 "other": other["other"] + res["flip_vs_dequantized_hf"]["other_disagreements"]}
+    n, no = st.noise, st.noise_other
+    limits = {"max_abs_full": RUNG6_FACTOR * n["max_abs_full"], "mean_abs_full": RUNG6_FACTOR * n["mean_abs_full"],
+              "other_flips": RUNG6_FACTOR * max(1, no["other"])}
+    argmax = {"rule": ARGMAX_RULE, "positions": other["positions"], "other": other["other"],
+              "bf16_positions": no["positions"], "bf16_other": no["other"], "limit": limits["other_flips"],
+              "pass": no["positions"] == other["positions"] and other["other"] <= limits["other_flips"]}
     res["gate"] = {"name": "kernel parity vs dequantized reference", "factor": RUNG6_FACTOR, "why": RUNG6_RATIONALE,
                    "bf16_noise": {k: n[k] for k in ("max_abs_full", "mean_abs_full", "max_abs_topk")},
-                   "limits": limits, "near_tie_rule": cmp["pass"],
-                   "pass": cmp["pass"] and cmp["max_abs_full"] <= limits["max_abs_full"]
+                   "limits": limits, "argmax_rule": argmax, "near_tie_rule_fixture": cmp["pass"],
+                   "pass": argmax["pass"] and cmp["max_abs_full"] <= limits["max_abs_full"]
                    and cmp["mean_abs_full"] <= limits["mean_abs_full"]}
     q = R.doc["stages"].get(f"engine_{profile}", {}).get("quality_vs_bf16")
     if q:
@@ -257,11 +303,13 @@ def rung6_stage(R, st, profile: str):
             sw.drop_backup()   # nothing swaps after the last profile: free the host copy (≈ 50 GB at 27B)
     else:
         res["restore"] = {"skipped": "last profile and the budget is short: HF stays on dequantized weights"}
-    del deq, eng
+    del deq, eng, flip
     C.release()
     res["summary"] = (f"vs dequantized HF: max|Δ| {cmp['max_abs_full']:.3f} (limit {limits['max_abs_full']:.3f}), "
                       f"mean {cmp['mean_abs_full']:.4f} (limit {limits['mean_abs_full']:.4f}), argmax "
-                      f"{cmp['argmax_agree']}/{cmp['positions']} +{cmp['near_tie_disagreements']} ties, "
+                      f"{cmp['argmax_agree']}/{cmp['positions']} +{cmp['near_tie_disagreements']} ties, other flips "
+                      f"{other['other']}/{other['positions']} (bf16 {no['other']}/{no['positions']}, limit "
+                      f"{limits['other_flips']:.0f}), "
                       f"gate {'PASS' if res['gate']['pass'] else 'FAIL'}; restore {res['restore']}")
     return res
 
@@ -354,7 +402,8 @@ def main(argv=None) -> int:
 
     R = C.Run(args, argv, "cert_qwen3_5_27b", {"rung6_factor": RUNG6_FACTOR})
     st = types.SimpleNamespace(dev=torch.device(args.device), shape=preset(args.config, args.layers),
-                               swap=None, noise=None, quant_logits={}, hf_long_pred=None)
+                               swap=None, noise=None, noise_other=None, quant_logits={}, quant_flip={},
+                               hf_long_pred=None)
     if st.dev.type != "cuda":
         C.cpu_shims()
     st.cfg = Qwen35Config.from_hf(hf_config(st.shape))
@@ -365,6 +414,7 @@ def main(argv=None) -> int:
     if any(p not in PROFILES for p in st.profiles) or (len(st.profiles) > 1 and st.profiles[0] != "bf16"):
         raise SystemExit(f"--profiles: a subset of {PROFILES} starting with bf16, got {args.profiles}")
     st.quant_profiles = [p for p in st.profiles if p != "bf16"]
+    st.flip = C.random_cases(args.flip_cases, args.flip_prompt_len, args.flip_tokens, st.shape.bos_id, args.flip_seed)
     R.doc.update({"versions": C.versions(st.dev), "model_id": st.model_id, "config": args.config,
                   "layers": st.shape.layers, "seed": args.seed})
     st.fixture = None

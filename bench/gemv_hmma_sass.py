@@ -1,8 +1,8 @@
 """Offline SASS of the int4 mma.sync GEMV (linear/gemv_hmma.py) at the 27B shapes (CPU, no GPU).
 
 Per shape, with the kernel's default pick: registers, spills, whether the loop's TTGIR holds a layout
-conversion or shared-memory buffer (it must not: every thread keeps its own fragment), and the SASS of
-one loop iteration (the common part plus one of the two accumulator branches, j < 8 / j >= 8) per weight
+conversion or shared-memory buffer (it must not: every thread keeps its own fragment), the evict_first
+weight loads of one iteration (SASS LDG.E.EF) and the SASS of one loop iteration (the common part plus one of the two accumulator branches, j < 8 / j >= 8) per weight
 (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
 
     PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
@@ -46,8 +46,9 @@ def main() -> int:
     from modeld.kernels.linear import gemv_hmma as gh
 
     feas._offline_patches([gh])
-    print("| shape | grid | regs | spill B | loop: convert/smem | iteration instr | weights/thread | instr/weight | top ops |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
+          "instr/weight | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, n, k, sw in LINEAR_SHAPES:
         rows = 2 * n if sw else n
         x = torch.empty(1, k, dtype=torch.bfloat16)
@@ -63,10 +64,11 @@ def main() -> int:
         conv = sum(loop.count(op) for op in ("convert_layout", "local_alloc", "local_load"))
         ins, _ = iteration(kern.asm["sass"])
         # per iteration a thread handles 2 chunks x 32 k x 2 rows (g, g + 8) x blocks per warp (x 2 for SwiGLU)
-        wpt = 2 * 32 * 2 * (kw["NB"] // kw["num_warps"]) * (2 if sw else 1)
+        wpt = 2 * 32 * 2 * (kw["NB"] // kw["num_warps"]) * (2 if kw["SWIGLU"] else 1)  # gate/up apart: plain
         ops = collections.Counter(re.match(r"(?:@!?U?P\w+ )?([A-Z0-9]+)", i).group(1) for i in ins)
         top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
-        print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {len(ins)} | {wpt} | "
+        ef = sum("LDG.E.EF" in i for i in ins)
+        print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {ef} | {len(ins)} | {wpt} | "
               f"**{len(ins) / wpt:.2f}** | {top} |", flush=True)
     return 0
 

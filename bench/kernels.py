@@ -41,7 +41,7 @@ CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "gemv-split-finish")
+                "sweep-gemv-evict", "gemv-split-finish")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -330,8 +330,8 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "gemv-split-finish",
-            "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
+            "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):
@@ -366,7 +366,8 @@ def gemv_sections(sections, reps, gen, dry=False):
         S.gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
     if "sweep-gemv-ba" in sections:
         S.sweep_gemv_ba(reps, gen)
-    for name, fn in (("sweep-gemv-mma", S.sweep_gemv_mma), ("sweep-gemv-hmma", S.sweep_gemv_hmma)):
+    for name, fn in (("sweep-gemv-mma", S.sweep_gemv_mma), ("sweep-gemv-hmma", S.sweep_gemv_hmma),
+                     ("sweep-gemv-evict", S.sweep_gemv_evict)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

@@ -7,6 +7,8 @@ the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) 
 
 from __future__ import annotations
 
+import dataclasses
+
 import bench.kernels as K
 import bench.kernels_attention as A
 
@@ -99,15 +101,16 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
 
 
 def _sweep_int4_kernel(mod, variant, cands, tag, reps, gen):
-    """v2 (with cuBLAS bf16 beside it), then `variant`'s default pick, then each candidate config (installed
-    as `mod.pick`), at every 27B shape, interleaved per shape; `tag(cand)` names a candidate's row."""
+    """v2 (with cuBLAS bf16 beside it), then `variant`'s default pick, then each candidate (installed as
+    `mod.pick`: a config, or a function of the default pick's config), at every 27B shape, interleaved per
+    shape; `tag(cand)` names a candidate's row."""
     saved = mod.pick
     try:
         for label, n, k, sw in K.LINEAR_SHAPES:
             K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
             K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant=variant, baseline=False)
             for cand in cands:
-                mod.pick = lambda *a, _c=cand: _c
+                mod.pick = (lambda *a, _c=cand: _c(saved(*a))) if callable(cand) else (lambda *a, _c=cand: _c)
                 K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant=variant, baseline=False,
                                tag=f" [sweep {variant} {tag(cand)}]")
                 mod.pick = saved
@@ -137,7 +140,38 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     if dry:
         tiles = ((1, 4, 1), (2, 4, 2))
     cands = [gemv_hmma.HmmaGemvConfig(*t, source="sweep candidate") for t in tiles]
-    _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: f"{c.blocks}b w{c.num_warps} k{c.split_k}", reps, gen)
+    # the default pick with the weights streamed evict_first (L2 keeps x, scales, partials)
+    # and with SwiGLU's gate and up rows in separate programs (72 instead of 103 registers)
+    variants = {"evict_first": dict(weight_policy="evict_first"), "gate/up apart": dict(gate_up_apart=True),
+                "apart evict_first": dict(gate_up_apart=True, weight_policy="evict_first")}
+    for name, kw in variants.items():
+        cand = lambda c, _kw=kw: dataclasses.replace(c, **_kw)
+        cand.tag = f"pick {name}"
+        cands.append(cand)
+    _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag if callable(c) else
+                       f"{c.blocks}b w{c.num_warps} k{c.split_k}", reps, gen)
+
+
+def sweep_gemv_evict(reps, gen, dry=False):
+    """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
+    none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
+    from modeld.kernels.linear import configs
+    saved, default = dict(configs.GEMV_TUNED), configs._gemv_default
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2")
+                configs.GEMV_TUNED.update({key: dataclasses.replace(c, weight_policy="") for key, c in saved.items()})
+                configs._gemv_default = lambda *a: dataclasses.replace(default(*a), weight_policy="")
+                try:
+                    K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2", baseline=False,
+                                   tag=" [sweep v2 no cache policy]")
+                finally:
+                    configs._gemv_default = default
+                    configs.GEMV_TUNED.update(saved)
+    finally:
+        configs._gemv_default = default
+        configs.GEMV_TUNED.update(saved)
 
 
 def sweep_gemv_ba(reps, gen):

@@ -39,6 +39,14 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
         assert gate["factor"] == 3.0 and gate["bf16_noise"]["max_abs_full"] == bf16["max_abs_full"]
         assert gate["limits"]["max_abs_full"] == pytest.approx(3.0 * bf16["max_abs_full"])
         assert isinstance(gate["pass"], bool)
+        # the argmax rule counts "other" flips on the fixture + flip set, against the bf16 engine's own count
+        am, flip = gate["argmax_rule"], S[f"rung6_{p}"]["flip_vs_dequantized_hf"]
+        assert am["positions"] == bf16["positions"] + flip["positions"] == am["bf16_positions"]
+        assert flip["positions"] == S["hf_control"]["flip_set"]["positions"] == 2 * 4
+        assert am["other"] == S[f"rung6_{p}"]["vs_dequantized_hf"]["other_disagreements"] + flip["other_disagreements"]
+        assert am["bf16_other"] == bf16["other_disagreements"] + S["engine_bf16"]["flip_vs_hf"]["other_disagreements"]
+        assert am["limit"] == 3.0 * max(1, am["bf16_other"]) and am["pass"] == (am["other"] <= am["limit"])
+        assert len(flip["other_flips"]) == flip["other_disagreements"]
         assert S[f"rung6_{p}"]["restore"]["matches_backup"]
         assert S[f"rung6_{p}"]["restore"]["checksum"] == S["rung6_fp8"]["backup"]["checksum"]
         assert S[f"rung6_{p}"]["swapped_checksum"] != S["rung6_fp8"]["backup"]["checksum"]
@@ -70,7 +78,7 @@ def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
 
 
 DRY = ["--device", "cpu", "--config", "tiny", "--ttft", "16,32", "--hf-probe", "16", "--steps", "2",
-       "--workers", "2"]
+       "--workers", "2", "--flip-cases", "2", "--flip-tokens", "4"]
 
 
 def _tiny_fixture(model, shape, path: Path, new_tokens: int = 4, k: int = 10) -> None:

@@ -283,12 +283,17 @@ FORCED_CASES = [
     ("fp8", 196, configs.GemvConfig(4, 128, 4, split_k=3)),  # split-K: 32 + 17 words + an empty split
     ("bf16", 198, configs.GemvConfig(4, 64, 4)),  # 99 words in steps of 32: 3 full + 1 partial
     ("bf16", 198, configs.GemvConfig(4, 64, 4, split_k=3)),  # split-K: 64 + 35 words + an empty split
+    # the weights' cache policy changes no result
+    ("int4g128", 640, configs.GemvConfig(4, 128, 4, weight_policy="evict_first")),
+    ("fp8", 196, configs.GemvConfig(4, 64, 4, weight_policy="evict_first")),
+    ("bf16", 198, configs.GemvConfig(4, 64, 4, split_k=3, weight_policy="evict_first")),
 ]
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
 @pytest.mark.parametrize("fmt,k,cfg", FORCED_CASES,
-                         ids=[f"{f}-K{k}-{c.block_n}x{c.block_k}s{c.split_k}" for f, k, c in FORCED_CASES])
+                         ids=[f"{f}-K{k}-{c.block_n}x{c.block_k}s{c.split_k}{'-' + c.weight_policy if c.weight_policy else ''}"
+                              for f, k, c in FORCED_CASES])
 def test_gemv_v2_forced_tiles(fmt, k, cfg, swiglu, gen, device, poisoned_outputs):
     """v2 with explicit tiles: several K steps, partial steps, split-K (fp32 partials + finish kernel)."""
     n = 37
@@ -368,17 +373,17 @@ def test_gpu_gemv_variants(n, k, swiglu, fmt, variant, gen, device, poisoned_out
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("split,policy", [(2, ""), (4, ""), (1, "evict_first"), (4, "evict_first")])
 @pytest.mark.parametrize("fmt", ["int4g128", "fp8", "bf16"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
-def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, gen, device, poisoned_outputs):
+def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, policy, gen, device, poisoned_outputs):
     x = (torch.randn(1, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
     ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
     y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
     group = 128 if fmt.startswith("int4") else 0
-    cfg = configs.GemvConfig(16, 512 if group else 256, 4, split_k=split)
+    cfg = configs.GemvConfig(16, 512 if group else 256, 4, split_k=split, weight_policy=policy)
     got = gv.launch_gemv(fmt[:4], x, *(list(ws) + [None] * (3 - len(ws))), y, swiglu, group, cfg)
-    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"split-K {split} {fmt}")
+    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"split-K {split} {fmt} {policy or 'default'} policy")
 
 
 @pytest.mark.gpu

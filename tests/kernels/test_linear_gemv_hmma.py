@@ -39,6 +39,27 @@ def test_hmma_gemv_matches_reference(n, k, group, swiglu, blocks, split, gen, de
     assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV N={n} K={k} G={group} split={split}")
 
 
+# (N, K, swiglu, split): gate and up rows in separate programs (a plain GEMV over 2N rows whose partials the
+# SwiGLU finish combines), N not a multiple of the tile, one chunk (split raised to 2), uneven splits.
+APART_CASES = [(37, 640, 1), (20, 128, 1), (48, 1280, 3), (70, 2304, 2)]
+
+
+@pytest.mark.parametrize("n,k,split", APART_CASES, ids=[f"N{c[0]}-K{c[1]}-s{c[2]}" for c in APART_CASES])
+def test_hmma_gate_up_apart_matches_reference(n, k, split, gen, device, poisoned_outputs):
+    x, ws = int4_problem(n, k, 128, True, gen, device)
+    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
+    got = gh.launch_int4_hmma(x, *ws, y, True, 128, gh.HmmaGemvConfig(2, 4, split, gate_up_apart=True))
+    assert_close(got, int4_want(x, ws, True), what=f"hmma GEMV gate/up apart N={n} K={k} split={split}")
+
+
+def test_hmma_evict_first_weights_match_reference(gen, device, poisoned_outputs):
+    """The weight loads' cache policy changes no result."""
+    x, ws = int4_problem(37, 640, 128, True, gen, device)
+    y = torch.empty(1, 37, dtype=torch.bfloat16, device=device)
+    got = gh.launch_int4_hmma(x, *ws, y, True, 128, gh.HmmaGemvConfig(1, 4, 2, weight_policy="evict_first"))
+    assert_close(got, int4_want(x, ws, True), what="hmma GEMV, weights evict_first")
+
+
 def test_hmma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
     """|min| >> scale and large |x|: (m - 128 s) X dominates and cancels against s sum((128 + q) x)."""
     x, ws = int4_problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
@@ -99,10 +120,12 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    for blocks, nw in ((8, 4), (4, 4), (16, 8), (2, 2)):
+    for blocks, nw, policy, apart in ((8, 4, "", False), (4, 4, "evict_first", swiglu), (16, 8, "", False),
+                                      (2, 2, "", swiglu)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-        got = gh.launch_int4_hmma(x, *ws, y, swiglu, 128, gh.HmmaGemvConfig(blocks, nw, split))
-        assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV {n}x{k} blocks={blocks} w={nw} split={split}")
+        cfg = gh.HmmaGemvConfig(blocks, nw, split, weight_policy=policy, gate_up_apart=apart)
+        assert_close(gh.launch_int4_hmma(x, *ws, y, swiglu, 128, cfg), int4_want(x, ws, swiglu),
+                     what=f"hmma GEMV {n}x{k} {cfg}")
 
 
 @pytest.mark.gpu

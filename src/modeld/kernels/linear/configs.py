@@ -128,6 +128,10 @@ class GemvConfig:
     num_warps: int
     split_k: int = 1  # > 1: K split over that many programs (fp32 partials) + a finishing kernel
     source: str = "default heuristic"
+    # eviction policy of the streamed weight loads: read once per token, they need not displace x and the
+    # split-K partials from L2 ("evict_first" was 0-5 % faster than none at every 27B shape and format on
+    # the H200, session 6; KNOWLEDGE/optimizations/gemv-weights-evict-first.md)
+    weight_policy: str = "evict_first"
 
 
 # (sm, fmt, swiglu, N, K) -> GemvConfig at the engine's five fused 27B decode shapes: the fastest p50

@@ -85,9 +85,10 @@ def _nibble(w, magic, I: tl.constexpr):
 
 
 @triton.jit
-def _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, gi, gmask, tw, stride_w, stride_s, WG: tl.constexpr):
+def _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, gi, gmask, tw, stride_w, stride_s, WG: tl.constexpr,
+               POLICY: tl.constexpr):
     """Words [NGS, BN, WG] int32 and (128 * scale, min - 128 * scale) [NGS, BN, 1] fp32 of one step."""
-    w = tl.load(w_ptr + rows3 * stride_w + gi * WG + tw, mask=rmask3 & gmask, other=0)
+    w = tl.load(w_ptr + rows3 * stride_w + gi * WG + tw, mask=rmask3 & gmask, other=0, eviction_policy=POLICY)
     s = tl.load(s_ptr + rows3 * stride_s + gi, mask=rmask3 & gmask, other=0.0).to(tl.float32)
     m = tl.load(m_ptr + rows3 * stride_s + gi, mask=rmask3 & gmask, other=0.0).to(tl.float32)
     return w, s * 128.0, m - s * 128.0
@@ -145,7 +146,7 @@ def _row_tiles(up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NG, GPS, stride_w, stride_s, up_offset,
                       magic, SWIGLU: tl.constexpr, WG: tl.constexpr, NGS: tl.constexpr, BLOCK_N: tl.constexpr,
-                      SPLIT: tl.constexpr, FUSED: tl.constexpr):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
     # y[n] = sum_g sum_j [(128 s) p + (m - 128 s) xw]  (module docstring); one program = BLOCK_N rows,
     # stepping NGS groups (NGS * WG int32 words) per row per step. x_ptr/w_ptr are int32 views.
     # Tiles are [NGS, BN, WG]: Triton gives threads to dim 2 (16-byte vectors) and then dim 0, so
@@ -170,15 +171,15 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
     gmask = g0s < g_hi
     xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
     umask3 = rmask3 if SWIGLU else (rows3 + up_offset) < N
-    wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG)
-    wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG)
+    wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
+    wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
     for g0 in range(g_lo + NGS, g_hi + NGS, NGS):
         gn = g0 + gs
         nmask = gn < g_hi
         xs_n, xw_n = _x_planes(x_ptr, gn, nmask, tw, WG)
-        wg_n, sg_n, cg_n = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, gn, nmask, tw, stride_w, stride_s, WG)
+        wg_n, sg_n, cg_n = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, gn, nmask, tw, stride_w, stride_s, WG, POLICY)
         wu_n, su_n, cu_n = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, gn, nmask, tw,
-                                      stride_w, stride_s, WG)
+                                      stride_w, stride_s, WG, POLICY)
         # acc += (128 s) p + (m - 128 s) xw: two FFMAs per word
         acc_g = tl.fma(_int4_word_dot(wg, magic, xs), sg, tl.fma(xw, cg, acc_g))
         acc_u = tl.fma(_int4_word_dot(wu, magic, xs), su, tl.fma(xw, cu, acc_u))
@@ -273,7 +274,7 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
 @triton.jit
 def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                     ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr):
+                     ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
@@ -283,15 +284,15 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
     kmask = c0 < k_hi
     xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
     xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
-    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0)
-    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0)
+    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
     for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
         cn = k0 + cs
         nmask = cn < k_hi
         xa_n = tl.load(x_ptr + 2 * cn, mask=nmask, other=0)
         xb_n = tl.load(x_ptr + 2 * cn + 1, mask=nmask, other=0)
-        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0)
-        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0)
+        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
+        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0, eviction_policy=POLICY)
         x0 = (xa << 16).to(tl.float32, bitcast=True)
         x1 = (xa & -65536).to(tl.float32, bitcast=True)
         x2 = (xb << 16).to(tl.float32, bitcast=True)
@@ -310,7 +311,7 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
 @triton.jit
 def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                       SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                      SPLIT: tl.constexpr, FUSED: tl.constexpr):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
     # bf16 weights read as int32 words of 2 weights, [KS, BN, WK] tiles like the fp8 kernel (threads
     # along K, two row tiles sharing x, register double buffer, one reduction at the end). A bf16 in
     # the high half of a word is already an fp32 bit pattern (mask), the low half moves up (shift):
@@ -322,14 +323,14 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
     c0 = k_lo + cs
     kmask = c0 < k_hi
     xw = tl.load(x_ptr + c0, mask=kmask, other=0)
-    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0)
-    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0)
+    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
     for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
         cn = k0 + cs
         nmask = cn < k_hi
         xw_n = tl.load(x_ptr + cn, mask=nmask, other=0)
-        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0)
-        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0)
+        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
+        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0, eviction_policy=POLICY)
         x0 = (xw << 16).to(tl.float32, bitcast=True)
         x1 = (xw & -65536).to(tl.float32, bitcast=True)
         acc_g = tl.fma((wg << 16).to(tl.float32, bitcast=True), x0,
@@ -384,7 +385,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_int4_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4,
             ws.stride(0), n, 0x3F800000, SWIGLU=swiglu, WG=group // 8, NGS=ngs, BLOCK_N=cfg.block_n, SPLIT=split,
-            FUSED=fused, num_warps=cfg.num_warps, num_stages=1,
+            FUSED=fused, POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
         )
     elif fmt == "fp8":
         ks = max(1, cfg.block_k // 16)
@@ -393,7 +394,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_fp8_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, n, kw, wps, w.stride(0) // 4, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split, FUSED=fused,
-            num_warps=cfg.num_warps, num_stages=1,
+            POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
         )
     elif fmt == "bf16":
         ks = max(1, cfg.block_k // 8)
@@ -402,7 +403,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_bf16_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), y, part, cnt, n, kw, wps, w.stride(0) // 2, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split, FUSED=fused,
-            num_warps=cfg.num_warps, num_stages=1,
+            POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")

@@ -54,13 +54,20 @@ class HmmaGemvConfig:
     num_warps: int
     split_k: int = 1
     source: str = "default, unmeasured"
+    # cache policy of the streamed weight loads ("" or "evict_first": weights are read once per token, so they
+    # need not displace x, the scales and the split-K partials from L2)
+    weight_policy: str = ""
+    # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
+    # more programs resident), their partials combined by the split-K finish launch
+    gate_up_apart: bool = False
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
-    """4 blocks of 16 rows (64 rows, and their up rows) over 4 warps, 2 chunks per step; K split at least so
-    a program holds <= 16 chunks, and further until the grid has ~4.5 programs per SM (the H200 sweep of
-    session 5: 4b w4, split 3 at K = 5120 / 9 at K = 17408 / 8 at o_proj, KNOWLEDGE/optimizations/
-    gemv-int4-mma-sync.md)."""
+    """4 blocks of 16 rows (64 rows) over 4 warps, 2 chunks per step, weights streamed evict_first, SwiGLU's
+    gate and up rows in separate programs; K split at least so a program holds <= 16 chunks, and further
+    until the grid has ~4.5 programs per SM (H200 sweeps of session 5: 4b w4, split 3 at K = 5120 / 9 at
+    K = 17408 / 8 at o_proj; session 6: evict_first 2-11 % faster at every shape, gate/up apart a further
+    3 % at gate+up; KNOWLEDGE/optimizations/gemv-int4-mma-sync.md)."""
     if interp:
         return HmmaGemvConfig(4, 4, 1, source="interpreter")
     tiles = triton.cdiv(n, 64)
@@ -68,7 +75,8 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
     split = triton.cdiv(nc, MAX_GROUPS)
     while tiles * split < 4.5 * n_sms and split < nc:
         split += 1
-    return HmmaGemvConfig(4, 4, split, source="H200 sweep 2026-11-29 s5 rule")
+    return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
+                          gate_up_apart=swiglu)
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
@@ -245,34 +253,35 @@ def _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s,
 
 
 @triton.jit
-def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr):
+def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr,
+                 POLICY: tl.constexpr):
     """Words [4, 8, NB, 4] of chunk c: rows g, rows g + 8, and (SWIGLU) their up rows (else the gate words
-    again, unused)."""
+    again, unused). POLICY: the loads' eviction policy."""
     if EVEN_N:
-        wg = tl.load(w_ptr + gofs + 16 * c)
-        wh = tl.load(w_ptr + hofs + 16 * c)
+        wg = tl.load(w_ptr + gofs + 16 * c, eviction_policy=POLICY)
+        wh = tl.load(w_ptr + hofs + 16 * c, eviction_policy=POLICY)
     else:
-        wg = tl.load(w_ptr + gofs + 16 * c, mask=gmask, other=0)
-        wh = tl.load(w_ptr + hofs + 16 * c, mask=hmask, other=0)
+        wg = tl.load(w_ptr + gofs + 16 * c, mask=gmask, other=0, eviction_policy=POLICY)
+        wh = tl.load(w_ptr + hofs + 16 * c, mask=hmask, other=0, eviction_policy=POLICY)
     ug, uh = wg, wh
     if SWIGLU:
         if EVEN_N:
-            ug = tl.load(w_ptr + gofs + uofs + 16 * c)
-            uh = tl.load(w_ptr + hofs + uofs + 16 * c)
+            ug = tl.load(w_ptr + gofs + uofs + 16 * c, eviction_policy=POLICY)
+            uh = tl.load(w_ptr + hofs + uofs + 16 * c, eviction_policy=POLICY)
         else:
-            ug = tl.load(w_ptr + gofs + uofs + 16 * c, mask=gmask, other=0)
-            uh = tl.load(w_ptr + hofs + uofs + 16 * c, mask=hmask, other=0)
+            ug = tl.load(w_ptr + gofs + uofs + 16 * c, mask=gmask, other=0, eviction_policy=POLICY)
+            uh = tl.load(w_ptr + hofs + uofs + 16 * c, mask=hmask, other=0, eviction_policy=POLICY)
     return wg, wh, ug, uh
 
 
 @triton.jit
 def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU: tl.constexpr,
-               EVEN_N: tl.constexpr, ASM: tl.constexpr):
+               EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr):
     """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8,
     (j + 1) % 8). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
     c1 = tl.minimum(c + 1, c_hi - 1)
-    wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N)
-    wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N)
+    wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
+    wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
     p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == j % 8, ASM), ASM)
     q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == (j + 1) % 8) & (c + 1 < c_hi), ASM), ASM)
     return wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3
@@ -291,12 +300,14 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 
 
 @triton.jit
-def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NC, CPP, stride_w,
+def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
-                           SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr):
+                           SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
+                           POLICY: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
-    # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8].
+    # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
+    # computed, y / the partials [SPLIT, 2 NY] have NY (N, or N / 2 when gate and up rows run apart).
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
     pid = tl.program_id(0)
@@ -325,7 +336,7 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
     for c in range(c_lo, c_hi, 2):
         j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
-        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM)
+        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
         if j < 8:
             acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
         else:
@@ -339,7 +350,7 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
         uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB)
     if not SWIGLU:
         uv = gv
-    _store_rows(y_ptr, part_ptr, cnt_ptr, out_rows, omask, gv, uv, n0 + tl.arange(0, 16 * NB), N, SPLIT, SWIGLU, FUSED,
+    _store_rows(y_ptr, part_ptr, cnt_ptr, out_rows, omask, gv, uv, n0 + tl.arange(0, 16 * NB), NY, SPLIT, SWIGLU, FUSED,
                 16 * NB)
 
 
@@ -355,12 +366,20 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     n = y.shape[1]
     nc = x.shape[1] // 128
     split, cpp = _split.split_units(nc, cfg.split_k, MAX_GROUPS)
-    grid = (triton.cdiv(n, 16 * cfg.blocks), split)
+    apart = swiglu and cfg.gate_up_apart and nc >= 2  # needs >= 2 splits: the finish launch applies SwiGLU
+    if apart:  # a plain GEMV over the 2N rows; its partials [split, 2N] are gate then up, as SwiGLU's
+        split = max(split, 2)
+        cpp = triton.cdiv(nc, split)
+        split = triton.cdiv(nc, cpp)
+    rows = 2 * n if apart else n
+    grid = (triton.cdiv(rows, 16 * cfg.blocks), split)
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
+    fused = fused and not apart
     (kernel or _gemv_int4_hmma_kernel)[grid](
-        x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, n, nc, cpp, w.stride(0) // 4, ws.stride(0), n,
-        SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
-        ASM=not interpreting(), FUSED=fused, num_warps=cfg.num_warps, num_stages=1,
+        x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
+        ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
+        EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
+        num_warps=cfg.num_warps, num_stages=1,
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y

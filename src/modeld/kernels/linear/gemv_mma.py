@@ -38,15 +38,16 @@ from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
 __all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
 
-# Which kernel serves int4 M == 1 calls (G 128 / 256): "v2" (default: linear.gemv only), "hmma"
-# (linear.gemv_hmma: mma.sync with the nibbles decoded in registers), "tuned" (this module's wgmma kernel
-# for the shapes of MMA_TUNED, v2 elsewhere) or "mma" (this module wherever `usable`). Env override
-# MODELD_GEMV_INT4. "hmma" is 1.3-1.45x faster than v2 at every 27B shape and made the 27B int4 engine
-# decode 142.4 instead of 111.5 tok/s (same H200 call), with max/mean |Δlogit| vs the dequantized HF
-# control below v2's — but one teacher-forced argmax of 96 flipped past the near-tie margin (rung 6 FAIL,
-# v2 PASS), so it is not the certified default (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md). The wgmma
-# path here gave no end-to-end gain and the same single flip (optimizations/gemv-int4-tensor-core.md).
-INT4_GEMV = os.environ.get("MODELD_GEMV_INT4", "v2")
+# Which kernel serves int4 M == 1 calls (G 128 / 256): "hmma" (default: linear.gemv_hmma, mma.sync with the
+# nibbles decoded in registers), "v2" (linear.gemv only), "tuned" (this module's wgmma kernel for the shapes
+# of MMA_TUNED, v2 elsewhere) or "mma" (this module wherever `usable`). Env override MODELD_GEMV_INT4.
+# "hmma" is 1.3-1.6x faster than v2 at every 27B shape: 27B int4 decode 146.4 instead of 113.8 tok/s (same
+# H200 call). It became the default in session 6 after rung 6 passed with the flip-set argmax rule: on 1536
+# positions it flips past the near-tie margin as often as v2 and the bf16 engine do (5 / 4 / 6), so its
+# single flip in 96 positions in session 5 was chance (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md,
+# findings/rung6-one-flip-rule-is-a-lottery.md). The wgmma path here gave no end-to-end gain
+# (optimizations/gemv-int4-tensor-core.md).
+INT4_GEMV = os.environ.get("MODELD_GEMV_INT4", "hmma")
 
 
 @dataclass(frozen=True)
