@@ -41,7 +41,7 @@ CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "sweep-gemv-evict", "gemv-split-finish")
+                "sweep-gemv-evict", "sweep-gemv-pdl", "gemv-split-finish")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -331,7 +331,7 @@ def bench_logits(m, v, d, reps, gen):
 
 # ----------------------------------------------------------------------------- sweeps
 SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
-            "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+            "sweep-gemv-pdl", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):
@@ -367,7 +367,7 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         S.sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", S.sweep_gemv_mma), ("sweep-gemv-hmma", S.sweep_gemv_hmma),
-                     ("sweep-gemv-evict", S.sweep_gemv_evict)):
+                     ("sweep-gemv-evict", S.sweep_gemv_evict), ("sweep-gemv-pdl", S.sweep_gemv_pdl)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

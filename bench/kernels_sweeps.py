@@ -174,6 +174,23 @@ def sweep_gemv_evict(reps, gen, dry=False):
         configs.GEMV_TUNED.update(saved)
 
 
+def sweep_gemv_pdl(reps, gen, dry=False):
+    """Each default M == 1 GEMV (bf16, fp8, int4 g128 = hmma) without, then with programmatic dependent launch
+    (MODELD_PDL=1, kernels/_pdl.py), interleaved per shape. The timed graph replays the same GEMV
+    back to back, so with PDL each call prefetches its first weight tile and launches during the previous
+    call's tail: an upper bound on what PDL saves between two GEMVs in the engine."""
+    import os
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        for fmt in ("bf16", "fp8", "int4g128"):
+            v = "hmma" if fmt == "int4g128" else "v2"
+            K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
+            os.environ["MODELD_PDL"] = "1"
+            try:
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False, tag=" [sweep pdl]")
+            finally:
+                os.environ.pop("MODELD_PDL", None)
+
+
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2

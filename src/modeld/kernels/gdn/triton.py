@@ -24,6 +24,7 @@ import torch
 import triton
 
 from modeld.kernels._checks import check_same_device, interpreting
+from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
@@ -114,7 +115,8 @@ def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
     tile_v, warps = V2_BATCH_TILE if B > 1 else V2_DECODE_TILE
     block_v = min(tile_v, triton.next_power_of_2(Dv))
     interp = interpreting()
-    pdl = 0 if interp else V2_PDL
+    # MODELD_PDL=1 (kernels/_pdl.py) turns on mode 1 when V2_PDL does not pick one
+    pdl = 0 if interp else (V2_PDL or int(pdl_on()))
     launch = dict(launch_pdl=True) if pdl else {}
     _gdn_decode_kernel[(triton.cdiv(Dv, block_v), Hv, B)](
         q, k, v, a, b, A_log, dt_bias, state, o,

@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
+from modeld.kernels._pdl import launch_options, pdl_on, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
@@ -146,7 +147,7 @@ def _row_tiles(up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NG, GPS, stride_w, stride_s, up_offset,
                       magic, SWIGLU: tl.constexpr, WG: tl.constexpr, NGS: tl.constexpr, BLOCK_N: tl.constexpr,
-                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr):
     # y[n] = sum_g sum_j [(128 s) p + (m - 128 s) xw]  (module docstring); one program = BLOCK_N rows,
     # stepping NGS groups (NGS * WG int32 words) per row per step. x_ptr/w_ptr are int32 views.
     # Tiles are [NGS, BN, WG]: Triton gives threads to dim 2 (16-byte vectors) and then dim 0, so
@@ -156,6 +157,7 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
     # rows of a single bigger tile without dropping the 16-byte vectors).
     # Split-K (SPLIT > 1): program (pid, pid_k) sums groups [pid_k * GPS, min(NG, (pid_k + 1) * GPS))
     # and writes fp32 partials; _gemv_finish_kernel (or, FUSED, the row block's last program) adds them up.
+    pdl_trigger(PDL)
     pid_k = tl.program_id(1)
     g_lo = pid_k * GPS
     g_hi = tl.minimum(NG, g_lo + GPS)
@@ -169,10 +171,19 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
     # prologue: tile 0 (loaded one step ahead from here on)
     g0s = g_lo + gs
     gmask = g0s < g_hi
-    xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
-    umask3 = rmask3 if SWIGLU else (rows3 + up_offset) < N
-    wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
-    wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
+    if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
+        umask3 = rmask3 if SWIGLU else (rows3 + up_offset) < N
+        wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
+        wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG,
+                                POLICY)
+        pdl_wait(PDL)
+        xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
+    else:
+        xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
+        umask3 = rmask3 if SWIGLU else (rows3 + up_offset) < N
+        wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
+        wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG,
+                                POLICY)
     for g0 in range(g_lo + NGS, g_hi + NGS, NGS):
         gn = g0 + gs
         nmask = gn < g_hi
@@ -274,18 +285,27 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
 @triton.jit
 def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                     ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
+                     ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr,
+                     PDL: tl.constexpr):
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
+    pdl_trigger(PDL)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
     kmask = c0 < k_hi
-    xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
-    xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
-    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+    if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+        pdl_wait(PDL)
+        xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
+        xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
+    else:
+        xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
+        xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
     for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
         cn = k0 + cs
         nmask = cn < k_hi
@@ -311,20 +331,27 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
 @triton.jit
 def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                       SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr):
     # bf16 weights read as int32 words of 2 weights, [KS, BN, WK] tiles like the fp8 kernel (threads
     # along K, two row tiles sharing x, register double buffer, one reduction at the end). A bf16 in
     # the high half of a word is already an fp32 bit pattern (mask), the low half moves up (shift):
     # 2 ALU + 2 FFMA per 2 weights — far below the issue limit at 2 bytes per weight, so this kernel
     # is about bytes in flight (v1 keeps one tile per program and reduces through shared memory).
     # x word j holds x[2j], x[2j+1], matching weight word j. Split-K as in the fp8 kernel.
+    pdl_trigger(PDL)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
     kmask = c0 < k_hi
-    xw = tl.load(x_ptr + c0, mask=kmask, other=0)
-    wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-    wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+    if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+        pdl_wait(PDL)
+        xw = tl.load(x_ptr + c0, mask=kmask, other=0)
+    else:
+        xw = tl.load(x_ptr + c0, mask=kmask, other=0)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
     for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
         cn = k0 + cs
         nmask = cn < k_hi
@@ -376,6 +403,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
     n = y.shape[1]
     k = x.shape[1]
     split = max(1, cfg.split_k)
+    pdl = pdl_on()
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
     part, fused, cnt = split_workspace(y, split, grid[0])
     if fmt == "int4":
@@ -385,7 +413,8 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_int4_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4,
             ws.stride(0), n, 0x3F800000, SWIGLU=swiglu, WG=group // 8, NGS=ngs, BLOCK_N=cfg.block_n, SPLIT=split,
-            FUSED=fused, POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
+            FUSED=fused, POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
+            **launch_options(pdl),
         )
     elif fmt == "fp8":
         ks = max(1, cfg.block_k // 16)
@@ -394,7 +423,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_fp8_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, n, kw, wps, w.stride(0) // 4, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
         )
     elif fmt == "bf16":
         ks = max(1, cfg.block_k // 8)
@@ -403,7 +432,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_bf16_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), y, part, cnt, n, kw, wps, w.stride(0) // 2, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, num_warps=cfg.num_warps, num_stages=1,
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")

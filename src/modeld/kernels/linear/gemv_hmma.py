@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
+from modeld.kernels._pdl import launch_options, pdl_on, pdl_trigger, pdl_wait
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
@@ -303,13 +304,17 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
     # computed, y / the partials [SPLIT, 2 NY] have NY (N, or N / 2 when gate and up rows run apart).
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
+    # PDL: let the next kernel launch, then wait for the one that wrote x (kernels/_pdl.py; the loop loads a
+    # pair's words and x together, so nothing is issued before the wait)
+    pdl_trigger(PDL)
+    pdl_wait(PDL)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
@@ -375,11 +380,12 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     grid = (triton.cdiv(rows, 16 * cfg.blocks), split)
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
     fused = fused and not apart
+    pdl = pdl_on()
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        num_warps=cfg.num_warps, num_stages=1,
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
+from modeld.kernels._pdl import pdl_on, pdl_trigger
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
 from modeld.kernels.rmsnorm.reference import NormWithResidual, check_norm_inputs
@@ -24,8 +25,9 @@ MAX_D = 16384
 def _rmsnorm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     D, eps,
-    BLOCK_D: tl.constexpr, ZERO_CENTRED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    BLOCK_D: tl.constexpr, ZERO_CENTRED: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
@@ -62,7 +64,7 @@ def _launch(x, residual, weight, eps, zero_centred):
         _rmsnorm_kernel[(rows,)](
             x, residual if residual is not None else x, weight, out, res_out, D, float(eps),
             BLOCK_D=block, ZERO_CENTRED=bool(zero_centred), HAS_RESIDUAL=residual is not None,
-            num_warps=8 if block >= 4096 else 4,
+            PDL=pdl_on(), num_warps=8 if block >= 4096 else 4,
         )
     return out, res_out
 

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_positive, check_same_device, check_tensor
+from modeld.kernels._pdl import pdl_on, pdl_trigger
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.rope import reference as _ref
 from modeld.kernels.rope.reference import check_rope_inputs
@@ -23,8 +24,9 @@ __all__ = ["rope_inv_freq", "apply_rope", "qk_norm_rope"]
 def _rope_kernel(
     x_ptr, w_ptr, pos_ptr, inv_ptr, out_ptr,
     H, Dh, stride_xt, stride_xh, eps,
-    R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, NORM: tl.constexpr,
+    R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
     t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
@@ -70,7 +72,7 @@ def _launch(x, weight, positions, inv_freq, eps, norm):
     _rope_kernel[grid](
         x, weight if weight is not None else x, positions, inv_freq, out,
         H, Dh, x.stride(0), x.stride(1), float(eps),
-        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, num_warps=4,
+        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, PDL=pdl_on(), num_warps=4,
     )
     return out
 

@@ -1,0 +1,142 @@
+"""A/B of engine switches (environment variables) in ONE process: decode speed side by side, logits checked.
+
+Timings across device calls drift by 10-20 %, so an engine-level A/B must build every variant in the same
+process, on the same weights, and alternate them. Per profile and round, each variant's environment is set,
+a fresh engine is built (its CUDA graph captures what the switches select), its teacher-forced logits on a
+few seeded cases are compared with the first variant's (a pure scheduling switch such as MODELD_PDL must
+give max |Δ| = 0) and its decode is timed (graph replay + argmax + host read at a 128-token context, as
+bench/engine_qwen3_5.py). The weights are streamed once into HF's model, which only holds them
+(`modeld.qualify.hf_weights.HFParamSource`). Only switches read at launch time take effect here
+(MODELD_PDL, MODELD_GEMV_SPLIT_FINISH, MODELD_ATTN_DECODE, ...); one read when its module is imported
+(MODELD_GEMV_INT4) needs a process per variant. Writes $OUT/engine_ab.json.
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/engine_ab.py --out $OUT --profiles int4,bf16 \
+        --variant off:MODELD_PDL=0 --variant pdl:MODELD_PDL=1
+    dry run (CPU, reference kernels, tiny preset, ~10 s):
+    OMP_NUM_THREADS=1 PYTHONPATH=src:. python bench/engine_ab.py --out /tmp/ab --device cpu --config tiny \
+        --variant a:MODELD_PDL=0 --variant b:MODELD_PDL=1 --steps 3 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _qwen_common as C  # noqa: E402
+import cert_qwen3_5_27b as cert  # noqa: E402
+
+
+def variant(text: str) -> tuple[str, dict]:
+    """'name:K=V[,K=V...]' -> (name, {K: V})."""
+    name, _, rest = text.partition(":")
+    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv]
+    env = dict(p for p in pairs if len(p) == 2)
+    if not name or "=" in name or not pairs or len(env) != len(pairs) or any(not k for k in env):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:ENV=VALUE[,ENV=VALUE...]")
+    return name, env
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="output folder ($OUT)")
+    ap.add_argument("--variant", type=variant, action="append", required=True,
+                    help="NAME:ENV=VALUE[,ENV=VALUE...] (repeat; the first is the baseline)")
+    ap.add_argument("--profiles", default="int4,bf16", help="engine profiles (default int4,bf16)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations A B A B ... per profile (default 2)")
+    ap.add_argument("--steps", type=int, default=128, help="decode steps timed per build (default 128)")
+    ap.add_argument("--cases", type=int, default=3, help="seeded teacher-forced cases for the logit check")
+    ap.add_argument("--tokens", type=int, default=16, help="forced tokens per case (default 16)")
+    ap.add_argument("--config", default="27b", help="synth preset (default 27b)")
+    ap.add_argument("--layers", type=int, default=None, help="override the preset depth")
+    ap.add_argument("--seed", type=int, default=0, help="synth seed (default 0)")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (dry run, reference kernels)")
+    ap.add_argument("--budget-s", type=float, default=500.0, help="wall budget (recorded)")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    return ap.parse_args(argv)
+
+
+def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict, list | None]:
+    """A fresh engine under `env` (restored afterwards): decode speed, and its teacher-forced logits."""
+    from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        src = HFParamSource(st.model, st.shape, C.engine_bench.SynthSource(st.shape, st.args.seed, st.args.workers))
+        if profile != "bf16":
+            src = QuantizedSource(src, profile)
+        t0 = time.perf_counter()
+        eng = C.build_engine(st.cfg, src, st.dev, st.capacity)
+        C.sync()
+        build_s = time.perf_counter() - t0
+        if profile != "bf16":
+            src.clear()
+        logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)] if want_logits else None
+        d = C.engine_bench.decode_speed(eng, st.args.steps, 128)
+        res = {"build_s": build_s, "graph_captured": eng.graph.captured,
+               **{k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50")}}
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    del eng, src
+    C.release()
+    return res, logits
+
+
+def profile_stage(st, profile: str) -> dict:
+    names = [n for n, _ in st.args.variant]
+    runs: dict = {n: [] for n in names}
+    diffs: dict = {}
+    base = None
+    for r in range(st.args.rounds):
+        for name, env in st.args.variant:
+            res, logits = build_and_time(st, profile, env, want_logits=r == 0)
+            runs[name].append(res)
+            if logits is not None:
+                if base is None:
+                    base = logits
+                diffs[name] = max(float((a - b).abs().max()) for a, b in zip(logits, base))
+    out = {"variants": {n: {"runs": runs[n], "tok_per_s_p50_best": max(x["tok_per_s_p50"] for x in runs[n]),
+                            "p50_s_median_of_runs": sorted(x["p50_s"] for x in runs[n])[len(runs[n]) // 2],
+                            "max_abs_logit_diff_vs_baseline": diffs[n]} for n in names}}
+    b = out["variants"][names[0]]["tok_per_s_p50_best"]
+    out["summary"] = ", ".join(f"{n} {v['tok_per_s_p50_best']:.1f} tok/s ({v['tok_per_s_p50_best'] / b:.3f}x, "
+                               f"logits max|Δ| {v['max_abs_logit_diff_vs_baseline']:.3g})"
+                               for n, v in out["variants"].items())
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse(argv)
+    os.makedirs(a.out, exist_ok=True)
+    import torch
+
+    from modeld.convert.qwen3_5_spec import hf_config, preset
+    from modeld.models.qwen3_5.config import Qwen35Config
+
+    R = C.Run(a, argv, "engine_ab", {"variants": dict(a.variant)})
+    st = types.SimpleNamespace(args=a, dev=torch.device(a.device), shape=preset(a.config, a.layers))
+    if st.dev.type != "cuda":
+        C.cpu_shims()
+    st.cfg = Qwen35Config.from_hf(hf_config(st.shape))
+    st.capacity = 512
+    st.cases = C.random_cases(a.cases, 16, a.tokens, st.shape.bos_id, 20261201)
+    R.doc.update({"versions": C.versions(st.dev), "config": a.config, "layers": st.shape.layers, "seed": a.seed})
+    if R.stage("hf_load", cert.hf_load, R, st) is None:
+        return 1
+    for p in [p for p in a.profiles.split(",") if p]:
+        R.stage(f"ab_{p}", profile_stage, st, p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Programmatic dependent launch (kernels/_pdl.py): the switch, and bit-identical results with it on.
+
+CPU: when the switch is on (never in the interpreter, which runs no inline asm). GPU (`-m gpu`): a decode
+chain of kernels that take part (add+RMSNorm -> SwiGLU int4 GEMV (hmma, gate/up apart + finish launch) ->
+int4 down GEMV (split-K, fused finish) -> RMSNorm -> bf16 v2 GEMV -> fp8 v2 GEMV) captured in one CUDA graph
+and replayed on new inputs: with PDL every GEMV starts before its predecessor has finished and must wait
+before reading x, so a missing wait shows up as a difference from the run without PDL.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modeld.kernels import _pdl
+from modeld.kernels.linear import quant
+from modeld.kernels.linear import triton as lin
+from modeld.kernels.rmsnorm import triton as norm
+
+
+@pytest.mark.parametrize("env,interp,want", [("1", "0", True), ("0", "0", False), (None, "0", False),
+                                             ("1", "1", False)])
+def test_pdl_switch(env, interp, want, monkeypatch):
+    if env is None:
+        monkeypatch.delenv(_pdl.PDL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_pdl.PDL_ENV, env)
+    monkeypatch.setenv("TRITON_INTERPRET", interp)
+    assert _pdl.pdl_on() is want
+    assert _pdl.launch_options(want) == ({"launch_pdl": True} if want else {})
+
+
+def _chain(x, res, p):
+    """One decode-like chain of PDL-aware kernels; returns every intermediate (all must match)."""
+    nr = norm.add_rms_norm(x, res, p["n1"], 1e-6, True)
+    h, res2 = nr.out, nr.residual
+    a = lin.swiglu_linear_int4(h, *p["gu"])             # hmma, gate/up apart: split-K + finish launch
+    d = lin.linear_int4(a, *p["down"])                  # hmma, split-K (fused finish at N = 1024)
+    h2 = norm.rms_norm(d, p["n2"], 1e-6, True)
+    b = lin.linear(h2, p["wb"])                         # bf16 v2
+    f = lin.linear_fp8(b, *p["f8"])                     # fp8 v2
+    return [h, res2, a, d, h2, b, f]
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_chain_bit_identical(gen, device, monkeypatch):
+    g = torch.Generator(device=device)
+    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    rnd = lambda *s: torch.randn(*s, generator=g, device=device)  # noqa: E731
+    d_model, d_ff = 1024, 2816
+    p = {"n1": rnd(d_model).bfloat16() * 0.1, "n2": rnd(d_model).bfloat16() * 0.1,
+         "gu": quant.quantize_int4(rnd(2 * d_ff, d_model) / d_model**0.5, 128),
+         "down": quant.quantize_int4(rnd(d_model, d_ff) / d_ff**0.5, 128),
+         "wb": (rnd(4096, d_model) / d_model**0.5).bfloat16(),
+         "f8": quant.quantize_fp8(rnd(2048, 4096) / 64.0)}
+    inputs = [(rnd(1, d_model).bfloat16(), rnd(1, d_model).bfloat16()) for _ in range(4)]
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(_pdl.PDL_ENV, flag)
+        x, res = (t.clone() for t in inputs[0])
+        _chain(x, res, p)                                 # warm-up: compile, reserve counters
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = _chain(x, res, p)
+        outs[flag] = []
+        for xi, ri in inputs:
+            x.copy_(xi)
+            res.copy_(ri)
+            graph.replay()
+            torch.cuda.synchronize()
+            outs[flag].append([t.clone() for t in got])
+    for i, (off, on) in enumerate(zip(outs["0"], outs["1"])):
+        for j, (a, b) in enumerate(zip(off, on)):
+            assert torch.equal(a, b), f"input {i}, stage {j}: PDL changed the result"
