@@ -154,6 +154,34 @@ def build_engine(cfg, source, device, capacity: int):
     return Qwen35Engine(cfg, source, device, ks, opts)
 
 
+def engine_from_hf(st, profile: str, seed: int, workers: int):
+    """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
+    (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with
+    `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are dropped after the build."""
+    from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
+
+    src = HFParamSource(st.model, st.shape, engine_bench.SynthSource(st.shape, seed, workers))
+    if profile != "bf16":
+        src = QuantizedSource(src, profile)
+    t0 = time.perf_counter()
+    eng = build_engine(st.cfg, src, st.dev, st.capacity)
+    sync()
+    build_s = time.perf_counter() - t0
+    if profile != "bf16":
+        src.clear()
+    return eng, build_s
+
+
+def add_checkpoint_args(ap, config_help: str = "synth preset (default 27b)") -> None:
+    """--out, --config, --layers, --seed, --device, --workers: the synthetic checkpoint and where it runs."""
+    ap.add_argument("--out", required=True, help="output folder ($OUT)")
+    ap.add_argument("--config", default="27b", help=config_help)
+    ap.add_argument("--layers", type=int, default=None, help="override the preset depth")
+    ap.add_argument("--seed", type=int, default=0, help="synth seed (default 0)")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (dry run, reference kernels)")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+
+
 def roofline(engine, context: int = 128) -> float:
     """Decode floor in seconds, as bench/engine_qwen3_5.py computes it: weights read once (less
     the gathered embedding) + GDN state read and written + KV at `context`, at COPY_BW."""

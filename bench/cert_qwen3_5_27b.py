@@ -83,11 +83,7 @@ PROFILES = ("bf16", "fp8", "int4")
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder ($OUT)")
-    ap.add_argument("--config", default="27b", help="synth preset (default 27b; tiny/small for a CPU dry run)")
-    ap.add_argument("--layers", type=int, default=None, help="override the preset depth")
-    ap.add_argument("--seed", type=int, default=0, help="synth seed (default 0)")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (dry run, reference kernels)")
+    C.add_checkpoint_args(ap, "synth preset (default 27b; tiny/small for a CPU dry run)")
     ap.add_argument("--fixture", default=C.FIXTURE, help="committed HF greedy fixture (used when its config matches)")
     ap.add_argument("--new-tokens", type=int, default=32, help="forced tokens per prompt without a fixture (default 32)")
     ap.add_argument("--tie", type=float, default=0.125, help="near-tie margin (2 bf16 ulps at |logit| 8..16)")
@@ -111,7 +107,6 @@ def parse(argv):
     ap.add_argument("--expected-ids", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                            "artifact_qwen3_5_27b.expected.json"),
                     help="identities precomputed on the CPU ({config/profile: {weights_id}}) to check against")
-    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     return ap.parse_args(argv)
 
 
@@ -193,19 +188,10 @@ def hf_control(R, st):
 
 
 def engine_stage(R, st, profile: str):
-    from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
     from modeld.qualify.logit_compare import compare_fixture, compare_logits, merge, quality
 
     a = R.args
-    src = HFParamSource(st.model, st.shape, C.engine_bench.SynthSource(st.shape, a.seed, a.workers))
-    if profile != "bf16":
-        src = QuantizedSource(src, profile)
-    t0 = time.perf_counter()
-    eng = C.build_engine(st.cfg, src, st.dev, st.capacity)
-    C.sync()
-    load_s = time.perf_counter() - t0
-    if profile != "bf16":
-        src.clear()
+    eng, load_s = C.engine_from_hf(st, profile, a.seed, a.workers)
     res: dict = {"profile": profile, "load": {
         "seconds": load_s, "profile": eng.weights.profile_summary(), "weights_bytes": eng.weights.nbytes,
         "state_bytes": eng.state.nbytes, "graph_captured": eng.graph.captured, "graph_error": eng.graph_error,
@@ -246,7 +232,7 @@ def engine_stage(R, st, profile: str):
         res["quality_vs_bf16"] = merge([quality(r, e) for e, r in zip(logits, st.ref)])
         st.quant_logits[profile] = [x.to("cpu") for x in logits]
         st.quant_flip[profile] = flip
-    del eng, src, logits, flip
+    del eng, logits, flip
     C.release()
     vs = res["vs_hf"]
     tt = " ".join(f"{t['prompt_tokens']}:{t['ttft_s_min'] * 1e3:.0f}ms" for t in res["ttft"])
@@ -355,10 +341,8 @@ def hf_ttft_long_stage(R, st):
 
 def profile_stage(R, st):
     """torch.profiler: top kernels of bf16 decode (graph replays + one eager step) and one long prefill."""
-    from modeld.qualify.hf_weights import HFParamSource
-
-    src = HFParamSource(st.model, st.shape, C.engine_bench.SynthSource(st.shape, R.args.seed, R.args.workers))
-    res = C.kernel_profile(C.build_engine(st.cfg, src, st.dev, st.capacity), st.dev, max(st.ttft_lengths))
+    eng, _ = C.engine_from_hf(st, "bf16", R.args.seed, R.args.workers)
+    res = C.kernel_profile(eng, st.dev, max(st.ttft_lengths))
     C.release()
     top = res["decode_eager_step"][0] if res["decode_eager_step"] else {"name": "-", "share": 0}
     res["summary"] = f"top decode kernel {top['name'][:60]} ({top['share']:.0%})"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +42,7 @@ def variant(text: str) -> tuple[str, dict]:
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder ($OUT)")
+    C.add_checkpoint_args(ap)
     ap.add_argument("--variant", type=variant, action="append", required=True,
                     help="NAME:ENV=VALUE[,ENV=VALUE...] (repeat; the first is the baseline)")
     ap.add_argument("--profiles", default="int4,bf16", help="engine profiles (default int4,bf16)")
@@ -51,31 +50,16 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=128, help="decode steps timed per build (default 128)")
     ap.add_argument("--cases", type=int, default=3, help="seeded teacher-forced cases for the logit check")
     ap.add_argument("--tokens", type=int, default=16, help="forced tokens per case (default 16)")
-    ap.add_argument("--config", default="27b", help="synth preset (default 27b)")
-    ap.add_argument("--layers", type=int, default=None, help="override the preset depth")
-    ap.add_argument("--seed", type=int, default=0, help="synth seed (default 0)")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (dry run, reference kernels)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="wall budget (recorded)")
-    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     return ap.parse_args(argv)
 
 
 def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict, list | None]:
     """A fresh engine under `env` (restored afterwards): decode speed, and its teacher-forced logits."""
-    from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
-
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        src = HFParamSource(st.model, st.shape, C.engine_bench.SynthSource(st.shape, st.args.seed, st.args.workers))
-        if profile != "bf16":
-            src = QuantizedSource(src, profile)
-        t0 = time.perf_counter()
-        eng = C.build_engine(st.cfg, src, st.dev, st.capacity)
-        C.sync()
-        build_s = time.perf_counter() - t0
-        if profile != "bf16":
-            src.clear()
+        eng, build_s = C.engine_from_hf(st, profile, st.args.seed, st.args.workers)
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)] if want_logits else None
         d = C.engine_bench.decode_speed(eng, st.args.steps, 128)
         res = {"build_s": build_s, "graph_captured": eng.graph.captured,
@@ -86,7 +70,7 @@ def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    del eng, src
+    del eng
     C.release()
     return res, logits
 

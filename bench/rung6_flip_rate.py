@@ -37,11 +37,7 @@ import cert_qwen3_5_27b as cert  # noqa: E402
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder ($OUT)")
-    ap.add_argument("--config", default="27b", help="synth preset (default 27b)")
-    ap.add_argument("--layers", type=int, default=None, help="override the preset depth")
-    ap.add_argument("--seed", type=int, default=0, help="synth seed (default 0)")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (dry run, reference kernels)")
+    C.add_checkpoint_args(ap)
     ap.add_argument("--cases", type=int, default=16, help="prompts (default 16)")
     ap.add_argument("--prompt-len", type=int, default=24, help="tokens per prompt (default 24)")
     ap.add_argument("--tokens", type=int, default=48, help="forced tokens per prompt = positions (default 48)")
@@ -51,7 +47,6 @@ def parse(argv):
     ap.add_argument("--top-k", type=int, default=10, help="HF top-k of the top-k error, as the cert (default 10)")
     ap.add_argument("--steps", type=int, default=64, help="decode steps timed per engine (default 64)")
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget (recorded; stages always run)")
-    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     return ap.parse_args(argv)
 
 
@@ -68,17 +63,11 @@ def engine_logits(st, profile: str, variant: str | None) -> tuple[list, dict]:
     """Teacher-forced logits (on the host) of a fresh engine; `variant` sets the int4 GEMV policy before
     the build, so its CUDA graph captures that kernel."""
     from modeld.kernels.linear import gemv_mma
-    from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
 
     saved = gemv_mma.INT4_GEMV
     gemv_mma.INT4_GEMV = variant or saved
     try:
-        src = HFParamSource(st.model, st.shape, C.engine_bench.SynthSource(st.shape, st.args.seed, st.args.workers))
-        if profile != "bf16":
-            src = QuantizedSource(src, profile)
-        eng = C.build_engine(st.cfg, src, st.dev, st.capacity)
-        if profile != "bf16":
-            src.clear()
+        eng, _ = C.engine_from_hf(st, profile, st.args.seed, st.args.workers)
         t0 = time.perf_counter()
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)]
         info = {"teacher_forced_s": time.perf_counter() - t0, "graph_captured": eng.graph.captured,
@@ -87,7 +76,7 @@ def engine_logits(st, profile: str, variant: str | None) -> tuple[list, dict]:
         info["decode"] = {k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50") if k in d}
     finally:
         gemv_mma.INT4_GEMV = saved
-    del eng, src
+    del eng
     C.release()
     return logits, info
 
