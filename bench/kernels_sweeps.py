@@ -176,7 +176,7 @@ def sweep_gemv_evict(reps, gen, dry=False):
 
 def sweep_gemv_pdl(reps, gen, dry=False):
     """Each default M == 1 GEMV (bf16, fp8, int4 g128 = hmma) without, then with programmatic dependent launch
-    (MODELD_PDL=1, kernels/_pdl.py), interleaved per shape. The timed graph replays the same GEMV
+    (MODELD_PDL=1: trigger first thing; late: after the K loop; kernels/_pdl.py), interleaved per shape. The timed graph replays the same GEMV
     back to back, so with PDL each call prefetches its first weight tile and launches during the previous
     call's tail: an upper bound on what PDL saves between two GEMVs in the engine."""
     import os
@@ -184,11 +184,13 @@ def sweep_gemv_pdl(reps, gen, dry=False):
         for fmt in ("bf16", "fp8", "int4g128"):
             v = "hmma" if fmt == "int4g128" else "v2"
             K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
-            os.environ["MODELD_PDL"] = "1"
-            try:
-                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False, tag=" [sweep pdl]")
-            finally:
-                os.environ.pop("MODELD_PDL", None)
+            for mode in ("1", "late"):
+                os.environ["MODELD_PDL"] = mode
+                try:
+                    K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False,
+                                   tag=f" [sweep pdl {mode}]")
+                finally:
+                    os.environ.pop("MODELD_PDL", None)
 
 
 def sweep_gemv_ba(reps, gen):

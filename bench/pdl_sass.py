@@ -1,8 +1,9 @@
 """Offline sm_90 SASS of the decode GEMV launches with programmatic dependent launch off and on (CPU, no GPU).
 
-Per launch (27B gate+up and o_proj for int4 v2 / hmma, o_proj for fp8 / bf16): registers, spills, PREEXIT
-(griddepcontrol.launch_dependents), ACQBULK (griddepcontrol.wait), the launch's launch_pdl, and how many
-LDGs come before the wait (v2: the constant first weight tile; hmma: none). KNOWLEDGE/optimizations/decode-pdl.md.
+Per MODELD_PDL mode (0, 1, late) and launch (27B gate+up and o_proj for int4 v2 / hmma, o_proj for fp8 /
+bf16): registers, spills, PREEXIT (griddepcontrol.launch_dependents) and whether it comes before or after
+the K loop's backward branch, ACQBULK (griddepcontrol.wait), the launch's launch_pdl, and how many LDGs
+come before the wait (v2: the constant first weight tile; hmma: none). KNOWLEDGE/optimizations/decode-pdl.md.
 
     PYTHONPATH=src:. python3 bench/pdl_sass.py            # ~1 min on CPU
 """
@@ -22,6 +23,15 @@ def ops_of(sass: str) -> list[str]:
     return [m.group(1) if m else "" for m in ops]
 
 
+def k_loop_end(sass: str) -> int:
+    """Line index of the last backward branch (the K loop's), ignoring the kernel's trailing self-branch."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^\s*(\w+):\s*$", line))}
+    back = [i for i, line in enumerate(lines) if (m := re.search(r"BRA (\w+);", line))
+            and labels.get(m.group(1), i) < i - 1]
+    return max(back, default=len(lines))
+
+
 def main() -> int:
     import torch
 
@@ -31,10 +41,10 @@ def main() -> int:
 
     mods = [lin, gv, gm, gh]
     e = lambda *s: torch.empty(*s, dtype=torch.bfloat16)  # noqa: E731
-    print("| PDL | case | kernel | launch_pdl | regs | spill | PREEXIT | ACQBULK | LDG before the wait |")
+    print("| MODELD_PDL | case | kernel | launch_pdl | regs | spill | PREEXIT (vs the loop) | ACQBULK | LDG before the wait |")
     print("|---|---|---|---|---|---|---|---|---|")
     saved = gm.INT4_GEMV
-    for pdl in ("0", "1"):
+    for pdl in ("0", "1", "late"):
         os.environ[PDL_ENV] = pdl
         cases = []
         for pol in ("v2", "hmma"):
@@ -56,8 +66,11 @@ def main() -> int:
                 ops = ops_of(kern.asm["sass"])
                 acq = [i for i, o in enumerate(ops) if o.startswith("ACQBULK")]
                 before = sum(o.startswith("LDG") for o in ops[:acq[0]]) if acq else "-"
+                pre = [i for i, o in enumerate(ops) if o.startswith("PREEXIT")]
+                loop_end = k_loop_end(kern.asm["sass"])
+                where = ", ".join("before" if i < loop_end else "after" for i in pre) or "-"
                 print(f"| {pdl} | {tag} | {jit.__name__} | {kw.get('launch_pdl', False)} | {regs} | {spill} | "
-                      f"{sum(o.startswith('PREEXIT') for o in ops)} | {len(acq)} | {before} |", flush=True)
+                      f"{len(pre)} ({where}) | {len(acq)} | {before} |", flush=True)
     gm.INT4_GEMV = saved
     return 0
 

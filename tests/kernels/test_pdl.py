@@ -13,21 +13,29 @@ import pytest
 import torch
 
 from modeld.kernels import _pdl
+from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import quant
 from modeld.kernels.linear import triton as lin
 from modeld.kernels.rmsnorm import triton as norm
 
 
-@pytest.mark.parametrize("env,interp,want", [("1", "0", True), ("0", "0", False), (None, "0", False),
-                                             ("1", "1", False)])
-def test_pdl_switch(env, interp, want, monkeypatch):
+@pytest.mark.parametrize("env,interp,mode", [("1", "0", 1), ("late", "0", 2), ("0", "0", 0), ("", "0", 0),
+                                             (None, "0", 0), ("1", "1", 0), ("late", "1", 0)])
+def test_pdl_switch(env, interp, mode, monkeypatch):
     if env is None:
         monkeypatch.delenv(_pdl.PDL_ENV, raising=False)
     else:
         monkeypatch.setenv(_pdl.PDL_ENV, env)
     monkeypatch.setenv("TRITON_INTERPRET", interp)
-    assert _pdl.pdl_on() is want
-    assert _pdl.launch_options(want) == ({"launch_pdl": True} if want else {})
+    assert _pdl.pdl_mode() == mode and _pdl.pdl_on() is (mode > 0)
+    assert _pdl.launch_options(mode > 0) == ({"launch_pdl": True} if mode else {})
+
+
+def test_pdl_switch_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv(_pdl.PDL_ENV, "yes")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(KernelValueError, match="MODELD_PDL"):
+        _pdl.pdl_mode()
 
 
 def _chain(x, res, p):
@@ -43,7 +51,8 @@ def _chain(x, res, p):
 
 
 @pytest.mark.gpu
-def test_gpu_pdl_chain_bit_identical(gen, device, monkeypatch):
+@pytest.mark.parametrize("mode", ["1", "late"])
+def test_gpu_pdl_chain_bit_identical(mode, gen, device, monkeypatch):
     g = torch.Generator(device=device)
     g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
     rnd = lambda *s: torch.randn(*s, generator=g, device=device)  # noqa: E731
@@ -55,7 +64,7 @@ def test_gpu_pdl_chain_bit_identical(gen, device, monkeypatch):
          "f8": quant.quantize_fp8(rnd(2048, 4096) / 64.0)}
     inputs = [(rnd(1, d_model).bfloat16(), rnd(1, d_model).bfloat16()) for _ in range(4)]
     outs = {}
-    for flag in ("0", "1"):
+    for flag in ("0", mode):
         monkeypatch.setenv(_pdl.PDL_ENV, flag)
         x, res = (t.clone() for t in inputs[0])
         _chain(x, res, p)                                 # warm-up: compile, reserve counters
@@ -70,6 +79,6 @@ def test_gpu_pdl_chain_bit_identical(gen, device, monkeypatch):
             graph.replay()
             torch.cuda.synchronize()
             outs[flag].append([t.clone() for t in got])
-    for i, (off, on) in enumerate(zip(outs["0"], outs["1"])):
+    for i, (off, on) in enumerate(zip(outs["0"], outs[mode])):
         for j, (a, b) in enumerate(zip(off, on)):
             assert torch.equal(a, b), f"input {i}, stage {j}: PDL changed the result"

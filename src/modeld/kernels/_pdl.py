@@ -9,6 +9,8 @@ a CUDA graph keeps what was set when it was captured):
 * "waiting" kernels (the decode GEMVs) are launched with `launch_pdl=True`, also trigger first thing, issue
   the loads that no earlier kernel writes (their first weight tile: weights are constant), and then run
   `griddepcontrol.wait` before touching anything an earlier kernel produced (x, partials, counters, y).
+  `MODELD_PDL=late` makes them trigger after their K loop instead (`pdl_mode` 2): their successor's
+  programs then cannot hold SM slots during the GEMV's own last wave.
   The wait returns when the previous kernel has completed and its memory is visible; that kernel, if it
   was launched with PDL, itself waited for its predecessor before completing, so every earlier write is
   visible too.
@@ -25,16 +27,28 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from modeld.kernels._checks import interpreting
+from modeld.kernels.errors import KernelValueError
 
-__all__ = ["PDL_ENV", "pdl_on", "launch_options"]
+__all__ = ["PDL_ENV", "pdl_mode", "pdl_on", "launch_options"]
 # device helpers: pdl_trigger, pdl_wait
 
 PDL_ENV = "MODELD_PDL"
 
 
+def pdl_mode() -> int:
+    """0 off (MODELD_PDL unset / 0, or the CPU interpreter), 1 on with the waiting kernels triggering first
+    thing (MODELD_PDL=1), 2 on with them triggering after their main loop (MODELD_PDL=late). Raises
+    KernelValueError for any other value."""
+    v = os.environ.get(PDL_ENV, "0")
+    modes = {"": 0, "0": 0, "1": 1, "late": 2}
+    if v not in modes:
+        raise KernelValueError(f"{PDL_ENV}={v!r}: expected 0, 1 or late")
+    return 0 if interpreting() else modes[v]
+
+
 def pdl_on() -> bool:
-    """MODELD_PDL=1 and not the CPU interpreter."""
-    return os.environ.get(PDL_ENV, "0") == "1" and not interpreting()
+    """PDL is on (`pdl_mode` > 0): trigger-only kernels trigger first thing."""
+    return pdl_mode() > 0
 
 
 def launch_options(waits: bool) -> dict:

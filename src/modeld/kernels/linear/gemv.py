@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, pdl_on, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
@@ -157,7 +157,7 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
     # rows of a single bigger tile without dropping the 16-byte vectors).
     # Split-K (SPLIT > 1): program (pid, pid_k) sums groups [pid_k * GPS, min(NG, (pid_k + 1) * GPS))
     # and writes fp32 partials; _gemv_finish_kernel (or, FUSED, the row block's last program) adds them up.
-    pdl_trigger(PDL)
+    pdl_trigger(PDL == 1)  # PDL: 0 off, 1 trigger now, 2 after the K loop (kernels/_pdl.py)
     pid_k = tl.program_id(1)
     g_lo = pid_k * GPS
     g_hi = tl.minimum(NG, g_lo + GPS)
@@ -176,7 +176,7 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
         wg, sg, cg = _int4_tile(w_ptr, s_ptr, m_ptr, rows3, rmask3, g0s, gmask, tw, stride_w, stride_s, WG, POLICY)
         wu, su, cu = _int4_tile(w_ptr, s_ptr, m_ptr, rows3 + up_offset, umask3, g0s, gmask, tw, stride_w, stride_s, WG,
                                 POLICY)
-        pdl_wait(PDL)
+        pdl_wait(PDL != 0)
         xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
     else:
         xs, xw = _x_planes(x_ptr, g0s, gmask, tw, WG)
@@ -197,6 +197,7 @@ def _gemv_int4_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, N
         wu, su, cu = wu_n, su_n, cu_n
         xs, xw = xs_n, xw_n
         wg, sg, cg = wg_n, sg_n, cg_n
+    pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0)  # [BN]
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
     _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N, FUSED)
@@ -290,7 +291,7 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
-    pdl_trigger(PDL)
+    pdl_trigger(PDL == 1)  # PDL: 0 off, 1 trigger now, 2 after the K loop (kernels/_pdl.py)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
@@ -298,7 +299,7 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
     if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
         wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
         wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
-        pdl_wait(PDL)
+        pdl_wait(PDL != 0)
         xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
         xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
     else:
@@ -322,6 +323,7 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
         u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
         acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
         xa, xb, wg, wu = xa_n, xb_n, wg_n, wu_n
+    pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)
     u_rows_ok = rows < N if SWIGLU else rows + up_offset < N
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0) * tl.load(ws_ptr + rows + up_offset, mask=u_rows_ok, other=0.0)
@@ -338,7 +340,7 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
     # 2 ALU + 2 FFMA per 2 weights — far below the issue limit at 2 bytes per weight, so this kernel
     # is about bytes in flight (v1 keeps one tile per program and reduces through shared memory).
     # x word j holds x[2j], x[2j+1], matching weight word j. Split-K as in the fp8 kernel.
-    pdl_trigger(PDL)
+    pdl_trigger(PDL == 1)  # PDL: 0 off, 1 trigger now, 2 after the K loop (kernels/_pdl.py)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
     c0 = k_lo + cs
@@ -346,7 +348,7 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
     if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
         wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
         wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
-        pdl_wait(PDL)
+        pdl_wait(PDL != 0)
         xw = tl.load(x_ptr + c0, mask=kmask, other=0)
     else:
         xw = tl.load(x_ptr + c0, mask=kmask, other=0)
@@ -365,6 +367,7 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
         acc_u = tl.fma((wu << 16).to(tl.float32, bitcast=True), x0,
                        tl.fma((wu & -65536).to(tl.float32, bitcast=True), x1, acc_u))
         xw, wg, wu = xw_n, wg_n, wu_n
+    pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0)
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
     _epilogue(g, u, rows, N, y_ptr, part_ptr, cnt_ptr, pid_k, SWIGLU, SPLIT, BLOCK_N, FUSED)
@@ -403,7 +406,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
     n = y.shape[1]
     k = x.shape[1]
     split = max(1, cfg.split_k)
-    pdl = pdl_on()
+    pdl = pdl_mode()
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
     part, fused, cnt = split_workspace(y, split, grid[0])
     if fmt == "int4":
@@ -414,7 +417,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
             x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, n, ng, gps, w.stride(0) // 4,
             ws.stride(0), n, 0x3F800000, SWIGLU=swiglu, WG=group // 8, NGS=ngs, BLOCK_N=cfg.block_n, SPLIT=split,
             FUSED=fused, POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
-            **launch_options(pdl),
+            **launch_options(pdl != 0),
         )
     elif fmt == "fp8":
         ks = max(1, cfg.block_k // 16)
@@ -423,7 +426,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_fp8_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, n, kw, wps, w.stride(0) // 4, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
         )
     elif fmt == "bf16":
         ks = max(1, cfg.block_k // 8)
@@ -432,7 +435,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_bf16_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), y, part, cnt, n, kw, wps, w.stride(0) // 2, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, pdl_on, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
@@ -311,10 +311,10 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # computed, y / the partials [SPLIT, 2 NY] have NY (N, or N / 2 when gate and up rows run apart).
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
-    # PDL: let the next kernel launch, then wait for the one that wrote x (kernels/_pdl.py; the loop loads a
-    # pair's words and x together, so nothing is issued before the wait)
-    pdl_trigger(PDL)
-    pdl_wait(PDL)
+    # PDL (0 off, 1 trigger now, 2 after the K loop): let the next kernel launch, then wait for the one that
+    # wrote x (kernels/_pdl.py; the loop loads a pair's words and x together, so nothing is issued before the wait)
+    pdl_trigger(PDL == 1)
+    pdl_wait(PDL != 0)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
@@ -346,6 +346,7 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
             acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
         else:
             acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
+    pdl_trigger(PDL == 2)
     gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
     out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
         + 8 * tl.arange(0, 2)[None, None, :]
@@ -380,12 +381,12 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     grid = (triton.cdiv(rows, 16 * cfg.blocks), split)
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
     fused = fused and not apart
-    pdl = pdl_on()
+    pdl = pdl_mode()
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
