@@ -28,7 +28,7 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   profile     optional: torch.profiler top kernels of bf16 decode (graph replays, one eager step)
               and one long prefill
 
-Gates (decided before any GPU number was seen; see RUNG6_FACTOR): bf16 greedy parity vs HF passes
+Gates (decided before any GPU number was seen; see bench/cert_rung6.py): bf16 greedy parity vs HF passes
 when every argmax disagreement on the fixture positions is a near-tie; fp8/int4 kernel parity passes
 when max and mean |Δlogit| vs the dequantized reference are each within RUNG6_FACTOR x the bf16
 engine's own |Δlogit| vs HF in this run, and its "other" argmax disagreements on the fixture + flip
@@ -58,26 +58,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _qwen_common as C  # noqa: E402
+from cert_rung6 import RUNG6_FACTOR, rung6_stage  # noqa: E402, F401  (the rung-6 gate and its stage)
 
-# Rung-6 gate factor, fixed before the 27B run: the bf16 engine vs HF difference in the same run
-# is the noise of two bf16 schedules on identical weights; the quantized engine vs the dequantized
-# reference adds only the bf16 re-rounding of the dequantized weights on HF's side and the
-# quantized kernels' own dequant-in-tile arithmetic (CPU ladder rung 6: 0.225 / 0.241 vs 0.207 for
-# bf16, ≈ 1.1-1.2x). 3x leaves room for that while a wiring bug (wrong scale row, swapped nibble,
-# wrong group) shows up as the quantization error itself (≈ 3-10x larger at 27B: 1.9 fp8, 7.9 int4).
-RUNG6_FACTOR = 3.0
-RUNG6_RATIONALE = ("limit = 3 x the bf16 engine's own |Δlogit| vs HF in this run (two bf16 schedules on identical "
-                   "weights); fixed before the 27B run; a wiring bug shows up at the size of the quantization error")
-# Rung-6 argmax rule (session 6, replacing "every disagreement on the 96 fixture positions is a near-tie"):
-# on 1536 extra teacher-forced positions of the synthetic 27B (bench/rung6_flip_rate.py, one H200 run) the
-# bf16 engine itself had 6 disagreements past `tie + top-k error` vs HF, int4 v2 4 and int4 hmma 5 vs the
-# dequantized HF: ~0.3 % of positions for every profile, so one such flip in 96 positions comes up in about
-# one run of four whatever the kernel (KNOWLEDGE/findings/rung6-one-flip-rule-is-a-lottery.md). The rule
-# therefore counts them on the fixture + a flip set and compares with the bf16 engine's own count on the
-# same positions, with the factor of the continuous limits; a wiring bug flips at the quantization-error
-# scale (the int4 engine vs HF bf16: 7 of 96 past the rule, ~7 %) and still fails.
-ARGMAX_RULE = ("other (non-near-tie) argmax disagreements on the fixture + flip-set positions <= RUNG6_FACTOR x "
-               "max(1, the bf16 engine's own count vs HF on the same positions)")
 PROFILES = ("bf16", "fp8", "int4")
 
 
@@ -243,60 +225,6 @@ def engine_stage(R, st, profile: str):
                       f"(+{vs['near_tie_disagreements']} ties, {vs['other_disagreements']} other), "
                       f"max|Δ| top-k {vs['max_abs_topk']:.3f} full {vs['max_abs_full']:.3f}, decode "
                       f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}")
-    return res
-
-
-def rung6_stage(R, st, profile: str):
-    from modeld.qualify.logit_compare import compare_logits, merge
-
-    a, sw, res = R.args, st.swap, {"profile": profile}
-    if sw.backup_cpu is None:
-        t0 = time.perf_counter()
-        res["backup"] = {"checksum": sw.backup(), "bytes": sw.nbytes, "seconds": time.perf_counter() - t0}
-    t0 = time.perf_counter()
-    res["swapped_tensors"] = sw.apply(profile)
-    res["swap_s"] = time.perf_counter() - t0
-    res["swapped_checksum"] = sw.checksum()
-    deq = C.hf_tf_logits(st.model, st.forced, st.dev)
-    eng = st.quant_logits.pop(profile)
-    cmp = merge([compare_logits(e.to(d.device), d, a.top_k, a.tie) for e, d in zip(eng, deq)])
-    res["vs_dequantized_hf"] = cmp
-    other = {"positions": cmp["positions"], "other": cmp["other_disagreements"]}
-    flip = st.quant_flip.pop(profile, None)
-    if flip is not None:
-        res["flip_vs_dequantized_hf"] = C.other_flips(flip, C.hf_tf_logits(st.model, st.flip, st.dev), a.top_k, a.tie)
-        other = {"positions": other["positions"] + res["flip_vs_dequantized_hf"]["positions"],
-                 "other": other["other"] + res["flip_vs_dequantized_hf"]["other_disagreements"]}
-    n, no = st.noise, st.noise_other
-    limits = {"max_abs_full": RUNG6_FACTOR * n["max_abs_full"], "mean_abs_full": RUNG6_FACTOR * n["mean_abs_full"],
-              "other_flips": RUNG6_FACTOR * max(1, no["other"])}
-    argmax = {"rule": ARGMAX_RULE, "positions": other["positions"], "other": other["other"],
-              "bf16_positions": no["positions"], "bf16_other": no["other"], "limit": limits["other_flips"],
-              "pass": no["positions"] == other["positions"] and other["other"] <= limits["other_flips"]}
-    res["gate"] = {"name": "kernel parity vs dequantized reference", "factor": RUNG6_FACTOR, "why": RUNG6_RATIONALE,
-                   "bf16_noise": {k: n[k] for k in ("max_abs_full", "mean_abs_full", "max_abs_topk")},
-                   "limits": limits, "argmax_rule": argmax, "near_tie_rule_fixture": cmp["pass"],
-                   "pass": argmax["pass"] and cmp["max_abs_full"] <= limits["max_abs_full"]
-                   and cmp["mean_abs_full"] <= limits["mean_abs_full"]}
-    q = R.doc["stages"].get(f"engine_{profile}", {}).get("quality_vs_bf16")
-    if q:
-        res["kernel_error_over_quant_error"] = cmp["max_abs_full"] / max(q["max_abs_full"], 1e-9)
-    last = profile == st.quant_profiles[-1]
-    if not last or R.left() > 60:
-        t0 = time.perf_counter()
-        res["restore"] = {"checksum": sw.restore(), "matches_backup": True, "seconds": time.perf_counter() - t0}
-        if last:
-            sw.drop_backup()   # nothing swaps after the last profile: free the host copy (≈ 50 GB at 27B)
-    else:
-        res["restore"] = {"skipped": "last profile and the budget is short: HF stays on dequantized weights"}
-    del deq, eng, flip
-    C.release()
-    res["summary"] = (f"vs dequantized HF: max|Δ| {cmp['max_abs_full']:.3f} (limit {limits['max_abs_full']:.3f}), "
-                      f"mean {cmp['mean_abs_full']:.4f} (limit {limits['mean_abs_full']:.4f}), argmax "
-                      f"{cmp['argmax_agree']}/{cmp['positions']} +{cmp['near_tie_disagreements']} ties, other flips "
-                      f"{other['other']}/{other['positions']} (bf16 {no['other']}/{no['positions']}, limit "
-                      f"{limits['other_flips']:.0f}), "
-                      f"gate {'PASS' if res['gate']['pass'] else 'FAIL'}; restore {res['restore']}")
     return res
 
 
