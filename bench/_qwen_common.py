@@ -232,6 +232,8 @@ class Run:
         self.args, self.path = args, os.path.join(args.out, f"{bench}.json")
         self.doc: dict = {"bench": bench, "argv": argv, "budget_s": args.budget_s,
                           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          # the modeld switches in force (kernel choices, PDL, ...): part of what was measured
+                          "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")},
                           **extra, "stages": {}, "skipped": {}, "errors": {}, "gates": {}}
 
     def elapsed(self) -> float:

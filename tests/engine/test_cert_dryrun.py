@@ -106,10 +106,13 @@ def _tiny_fixture(model, shape, path: Path, new_tokens: int = 4, k: int = 10) ->
                                 "new_tokens": new_tokens, "top_k": k, "cases": cases}))
 
 
-def test_cert_dry_run_tiny(tmp_path, tiny_hf):
-    """Every stage runs, every gate is computed, the records are written; the fixture path
-    (HF greedy == fixture, engine vs fixture top-k) is taken with a tiny fixture made here."""
+def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
+    """Every stage runs, every gate is computed, the records are written (with the MODELD_* switches in
+    force); the fixture path (HF greedy == fixture, engine vs fixture top-k) is taken with a tiny fixture
+    made here."""
     import importlib.util
+
+    monkeypatch.setenv("MODELD_GEMV_SPLIT_FINISH", "auto")
 
     have_ids = importlib.util.find_spec("modeld.convert.identity_preview") is not None
     fixture = tmp_path / "fixture.json"
@@ -129,6 +132,9 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf):
     assert doc["gates"]["hf_greedy_equals_fixture"] is True      # same ops, same CPU: deterministic
     assert doc["stages"]["engine_bf16"]["vs_fixture"]["positions"] == 12
     _check_certs(out, doc, have_ids)
+    assert doc["env"]["MODELD_GEMV_SPLIT_FINISH"] == "auto"
+    rec = json.loads((out / "cert-engine-qwen3_5-tiny-synthetic-int4.json").read_text())
+    assert rec["env"] == doc["env"] and "MODELD_GEMV_SPLIT_FINISH=auto " in rec["command"]
     if have_ids:
         ids = doc["stages"]["weights_id"]["profiles"]
         assert ids["bf16"]["matches_expected"] is True and ids["int4"]["matches_expected"] is False

@@ -31,8 +31,10 @@ def cert_record(doc: dict, profile: str, seed: int) -> dict | None:
         ttft_hf.append({**long_stage["ttft"], "weights": long_stage.get("weights")})
     return {
         "bench": doc.get("bench"), "kind": "engine-certification", "date_utc": doc.get("date_utc"),
-        "argv": doc.get("argv"),
-        "command": "PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/cert_qwen3_5_27b.py " + " ".join(doc.get("argv", [])),
+        "argv": doc.get("argv"), "env": doc.get("env", {}),
+        "command": " ".join(f"{k}={v}" for k, v in sorted(doc.get("env", {}).items()))
+                   + (" " if doc.get("env") else "")
+                   + "PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/cert_qwen3_5_27b.py " + " ".join(doc.get("argv", [])),
         "model_id": doc.get("model_id"), "profile": profile, "versions": doc.get("versions"),
         "weights": {
             "recipe": recipe,
