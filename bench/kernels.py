@@ -353,27 +353,6 @@ def recurrent(out):
         print(f"kernels_recurrent failed: {type(exc).__name__}: {exc}", flush=True)
 
 
-def gemv_sections(sections, reps, gen, dry=False):
-    """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
-    from bench import kernels_sweeps as S
-    if "gemv" in sections:
-        for label, n, k, sw in LINEAR_SHAPES:
-            for fmt in ("bf16", "fp8", "int4g128"):
-                bench_linear(1, fmt, label, n, k, sw, reps, gen)
-        if not dry:
-            bench_linear(1, "int4g32", *LINEAR_SHAPES[0], reps, gen)
-    if "gemv-ab" in sections or "sweep-gemv-v2" in sections:
-        S.gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
-    if "sweep-gemv-ba" in sections:
-        S.sweep_gemv_ba(reps, gen)
-    for name, fn in (("sweep-gemv-mma", S.sweep_gemv_mma), ("sweep-gemv-hmma", S.sweep_gemv_hmma),
-                     ("sweep-gemv-evict", S.sweep_gemv_evict), ("sweep-gemv-pdl", S.sweep_gemv_pdl)):
-        if name in sections:
-            fn(reps, gen, dry=dry)
-    if "gemv-split-finish" in sections:
-        S.gemv_split_finish(reps, gen)
-
-
 def dry_run(args) -> int:
     """--dry-run: the linear GEMV sections on CPU (TRITON_INTERPRET=1, tiny shapes, no ceilings)."""
     global OUT, DEV, LINEAR_SHAPES
@@ -387,7 +366,8 @@ def dry_run(args) -> int:
     CEIL["copy_TBps"] = 1.0  # placeholder: fractions are meaningless in a dry run
     gen = torch.Generator()
     gen.manual_seed(20261129)
-    gemv_sections(sections, 2, gen, dry=True)
+    from bench import kernels_sweeps as S
+    S.gemv_sections(sections, 2, gen, dry=True)
     errors = [r for r in ROWS if "error" in r]
     print(f"dry run: {len(ROWS)} rows, {len(errors)} errors -> {os.path.join(OUT, 'kernels.json')}")
     return 1 if errors or not ROWS else 0
@@ -437,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     ceilings(reps)
     if "copy_TBps" not in CEIL or "cublas_TFLOPs" not in CEIL:
         return 1
-    gemv_sections(sections, reps, gen)
+    S.gemv_sections(sections, reps, gen)
     if "skinny" in sections:
         for label, n, k, sw in LINEAR_SHAPES[:2]:
             for fmt in ("bf16", "fp8", "int4g128"):

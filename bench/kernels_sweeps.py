@@ -250,3 +250,23 @@ def gemv_split_finish(reps, gen):
             os.environ.pop(gemv.SPLIT_FINISH_ENV, None)
         else:
             os.environ[gemv.SPLIT_FINISH_ENV] = saved_env
+
+
+def gemv_sections(sections, reps, gen, dry=False):
+    """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
+    if "gemv" in sections:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen)
+        if not dry:
+            K.bench_linear(1, "int4g32", *K.LINEAR_SHAPES[0], reps, gen)
+    if "gemv-ab" in sections or "sweep-gemv-v2" in sections:
+        gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
+    if "sweep-gemv-ba" in sections:
+        sweep_gemv_ba(reps, gen)
+    for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
+                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl)):
+        if name in sections:
+            fn(reps, gen, dry=dry)
+    if "gemv-split-finish" in sections:
+        gemv_split_finish(reps, gen)
