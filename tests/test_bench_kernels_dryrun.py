@@ -22,4 +22,4 @@ def test_kernels_bench_dry_run(tmp_path):
     assert rows and not [x for x in rows if "error" in x]
     tags = {x["op"] for x in rows}
     assert any("[sweep pdl 1]" in t for t in tags) and any("[sweep pdl late]" in t for t in tags)
-    assert any("[sweep v2 no cache policy]" in t for t in tags) and any("gate/up apart" in t for t in tags)
+    assert any("[sweep v2 no cache policy]" in t for t in tags) and any("gate/up together" in t for t in tags)
