@@ -39,6 +39,19 @@ def test_triton_matches_reference(rows, D, dtype, zero_centred, gen, device):
     _check(rows, D, dtype, zero_centred, gen, device)
 
 
+@pytest.mark.parametrize("zero_centred", [True, False], ids=["zc", "plain"])
+@pytest.mark.parametrize("rows,D", [(1, 5120), (3, 100), (64, 576)], ids=["rows1-D5120", "rows3-D100", "rows64-D576"])
+def test_loads_first_changes_no_result(rows, D, zero_centred, gen, device, monkeypatch):
+    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as without it."""
+    x, w, r = _inputs(rows, D, torch.bfloat16, gen, device)
+    off = tt.add_rms_norm(x, r, w, 1e-6, zero_centred), tt.rms_norm(x, w, 1e-6, zero_centred)
+    monkeypatch.setenv("MODELD_LOADS_FIRST", "1")
+    on = tt.add_rms_norm(x, r, w, 1e-6, zero_centred), tt.rms_norm(x, w, 1e-6, zero_centred)
+    assert torch.equal(on[0].out, off[0].out) and torch.equal(on[0].residual, off[0].residual)
+    assert torch.equal(on[1], off[1])
+    assert_close(on[1], ref.rms_norm(x, w, 1e-6, zero_centred))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("zero_centred", [True, False], ids=["zc", "plain"])
 @pytest.mark.parametrize("rows,D", GPU_CASES, ids=[f"rows{r}-D{d}" for r, d in GPU_CASES])

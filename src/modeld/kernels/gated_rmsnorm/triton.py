@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
+from modeld.kernels._loads_first import loads_first
 from modeld.kernels._pdl import pdl_on, pdl_trigger
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
@@ -23,16 +24,17 @@ MAX_DV = 4096
 @triton.jit
 def _gated_rmsnorm_kernel(
     x_ptr, z_ptr, w_ptr, out_ptr, n_rows, Dv, eps,
-    BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):
     pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < Dv)
     offs = rows[:, None] * Dv + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < Dv, other=0.0).to(tl.float32)
+    # LOADS_FIRST (kernels/_loads_first.py): z and w in flight before the reduction waits for x
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
+    z = tl.load(z_ptr + offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < Dv, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / Dv + eps)
     act = out_ptr.dtype.element_ty
     n = round_f32(x * inv[:, None], act)
@@ -58,6 +60,7 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
         block = triton.next_power_of_2(Dv)
         rows = max(1, min(16, 2048 // block))
         _gated_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
-            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, PDL=pdl_on(), num_warps=4,
+            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, PDL=pdl_on(),
+            LOADS_FIRST=loads_first(n_rows), num_warps=4,
         )
     return out

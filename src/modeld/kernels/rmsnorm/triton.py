@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
+from modeld.kernels._loads_first import loads_first
 from modeld.kernels._pdl import pdl_on, pdl_trigger
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
@@ -26,14 +27,17 @@ def _rmsnorm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     D, eps,
     BLOCK_D: tl.constexpr, ZERO_CENTRED: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+    LOADS_FIRST: tl.constexpr,
 ):
     pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
-    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
+    if LOADS_FIRST:  # kernels/_loads_first.py: the weight too is in flight before the reduction waits for x
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0, volatile=True)
+    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0, volatile=LOADS_FIRST)
     if HAS_RESIDUAL:
-        r = tl.load(res_ptr + row * D + cols, mask=mask, other=0.0)
+        r = tl.load(res_ptr + row * D + cols, mask=mask, other=0.0, volatile=LOADS_FIRST)
         # round the sum to the activation dtype once, as `x + residual` does in PyTorch
         h = round_to(x.to(tl.float32) + r.to(tl.float32), x.dtype)
         tl.store(res_out_ptr + row * D + cols, h, mask=mask)
@@ -42,7 +46,9 @@ def _rmsnorm_kernel(
     h32 = h.to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(h32 * h32, axis=0) / D + eps)
     n = h32 * inv
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if not LOADS_FIRST:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    w = w.to(tl.float32)
     act = out_ptr.dtype.element_ty
     if ZERO_CENTRED:
         y = n * (1.0 + w)
@@ -64,7 +70,7 @@ def _launch(x, residual, weight, eps, zero_centred):
         _rmsnorm_kernel[(rows,)](
             x, residual if residual is not None else x, weight, out, res_out, D, float(eps),
             BLOCK_D=block, ZERO_CENTRED=bool(zero_centred), HAS_RESIDUAL=residual is not None,
-            PDL=pdl_on(), num_warps=8 if block >= 4096 else 4,
+            PDL=pdl_on(), LOADS_FIRST=loads_first(rows), num_warps=8 if block >= 4096 else 4,
         )
     return out, res_out
 
