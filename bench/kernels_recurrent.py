@@ -308,7 +308,7 @@ def aot_kernels():
         ("gated_rmsnorm", gnorm._gated_rmsnorm_kernel, dict(x_ptr=bf, z_ptr=bf, w_ptr=bf, out_ptr=bf, n_rows=i32,
          Dv=i32, eps="fp32", BLOCK_D=128, ROWS=16, PDL=False, LOADS_FIRST=False), dict(num_warps=4)),
         ("rope", rope._rope_kernel, dict(x_ptr=bf, w_ptr=bf, pos_ptr="*i64", inv_ptr=f32, out_ptr=bf, H=i32, Dh=i32,
-         stride_xt=i32, stride_xh=i32, eps="fp32", R=64, BLOCK_D=256, BLOCK_H=8, NORM=True, PDL=False), dict(num_warps=4)),
+         stride_xt=i32, stride_xh=i32, eps="fp32", R=64, BLOCK_D=256, BLOCK_H=8, NORM=True, PDL=False, LOADS_FIRST=False), dict(num_warps=4)),
         ("conv_prefill", conv._conv_prefill_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf, T=i32, C=i32,
          stride_xt=i32, W=4, W_ROWS=4, BLOCK_T=64, BLOCK_C=128), dict(num_warps=4)),
         ("conv_decode", conv._conv_decode_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf, C=i32,

@@ -46,6 +46,17 @@ def test_triton_matches_reference(case, strided, gen, device):
     _check(case, gen, device, strided)
 
 
+@pytest.mark.parametrize("case", CPU_CASES[:1] + CPU_CASES[3:], ids=["T1-H24-Dh256", "T3-H3-Dh96", "T2-H1-Dh10"])
+def test_loads_first_changes_no_result(case, gen, device, monkeypatch):
+    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as without it."""
+    x, pos, inv, w = _inputs(*case, gen, device)
+    off = tt.apply_rope(x, pos, inv), tt.qk_norm_rope(x, w, pos, inv, 1e-6)
+    monkeypatch.setenv("MODELD_LOADS_FIRST", "1")
+    on = tt.apply_rope(x, pos, inv), tt.qk_norm_rope(x, w, pos, inv, 1e-6)
+    assert torch.equal(on[0], off[0]) and torch.equal(on[1], off[1])
+    assert_close(on[1], ref.qk_norm_rope(x, w, pos, inv, 1e-6))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=[f"T{c[0]}-H{c[1]}-Dh{c[2]}-R{c[3]}" for c in GPU_CASES])
 def test_gpu_sizes(case, gen, device):

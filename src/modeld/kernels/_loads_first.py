@@ -1,4 +1,5 @@
-"""One switch for the decode-sized norm kernels: issue every global load before any math (MODELD_LOADS_FIRST=1).
+"""One switch for the decode-sized norm kernels (RMSNorm, gated RMSNorm, q/k-norm RoPE): issue every global load
+before any math (MODELD_LOADS_FIRST=1).
 
 At batch 1 a norm kernel is one to three programs whose time is memory latency, not bandwidth. ptxas sinks
 a load to its first use, so RMSNorm's weight load (and gated RMSNorm's gate load) was issued only after the

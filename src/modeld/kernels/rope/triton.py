@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_positive, check_same_device, check_tensor
+from modeld.kernels._loads_first import loads_first
 from modeld.kernels._pdl import pdl_on, pdl_trigger
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.rope import reference as _ref
@@ -25,6 +26,7 @@ def _rope_kernel(
     x_ptr, w_ptr, pos_ptr, inv_ptr, out_ptr,
     H, Dh, stride_xt, stride_xh, eps,
     R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
+    LOADS_FIRST: tl.constexpr,
 ):
     pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
     t = tl.program_id(0).to(tl.int64)
@@ -38,18 +40,31 @@ def _rope_kernel(
     partner = tl.where(d < HALF, d + HALF, d - HALF)
     in_rot = d < R
     base = x_ptr + t * stride_xt + heads[:, None] * stride_xh
-    x = tl.load(base + d[None, :], mask=mask, other=0.0)
-    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0)
+    if LOADS_FIRST:  # kernels/_loads_first.py: norm weights, position and frequencies in flight with x
+        if NORM:
+            w = tl.load(w_ptr + d, mask=dmask, other=0.0, volatile=True)
+            wp = tl.load(w_ptr + partner, mask=in_rot & dmask, other=0.0, volatile=True)
+        pos = tl.load(pos_ptr + t, volatile=True)
+        freq = tl.load(inv_ptr + (d % HALF), mask=in_rot, other=0.0, volatile=True)
+    x = tl.load(base + d[None, :], mask=mask, other=0.0, volatile=LOADS_FIRST)
+    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0, volatile=LOADS_FIRST)
     act = x.dtype
     if NORM:
         x32 = x.to(tl.float32)
         inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=1) / Dh + eps)  # [BLOCK_H]
-        w = tl.load(w_ptr + d, mask=dmask, other=0.0).to(tl.float32)
-        wp = tl.load(w_ptr + partner, mask=in_rot & dmask, other=0.0).to(tl.float32)
+        if LOADS_FIRST:
+            w = w.to(tl.float32)
+            wp = wp.to(tl.float32)
+        else:
+            w = tl.load(w_ptr + d, mask=dmask, other=0.0).to(tl.float32)
+            wp = tl.load(w_ptr + partner, mask=in_rot & dmask, other=0.0).to(tl.float32)
         x = round_to(x32 * inv[:, None] * (1.0 + w[None, :]), act)
         xp = round_to(xp.to(tl.float32) * inv[:, None] * (1.0 + wp[None, :]), act)
-    pos = tl.load(pos_ptr + t).to(tl.float32)
-    freq = tl.load(inv_ptr + (d % HALF), mask=in_rot, other=0.0)
+    if LOADS_FIRST:
+        pos = pos.to(tl.float32)
+    else:
+        pos = tl.load(pos_ptr + t).to(tl.float32)
+        freq = tl.load(inv_ptr + (d % HALF), mask=in_rot, other=0.0)
     angle = pos * freq  # [BLOCK_D] fp32, one product as in HF
     cos = round_f32(tl.cos(angle), act)
     sin = round_f32(tl.sin(angle), act)
@@ -72,7 +87,8 @@ def _launch(x, weight, positions, inv_freq, eps, norm):
     _rope_kernel[grid](
         x, weight if weight is not None else x, positions, inv_freq, out,
         H, Dh, x.stride(0), x.stride(1), float(eps),
-        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, PDL=pdl_on(), num_warps=4,
+        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, PDL=pdl_on(),
+        LOADS_FIRST=loads_first(T), num_warps=4,
     )
     return out
 
