@@ -7,8 +7,9 @@ few seeded cases are compared with the first variant's (a pure scheduling switch
 give max |Δ| = 0) and its decode is timed (graph replay + argmax + host read at a 128-token context, as
 bench/engine_qwen3_5.py). The weights are streamed once into HF's model, which only holds them
 (`modeld.qualify.hf_weights.HFParamSource`). Only switches read at launch time take effect here
-(MODELD_PDL, MODELD_GEMV_SPLIT_FINISH, MODELD_ATTN_DECODE, ...); one read when its module is imported
-(MODELD_GEMV_INT4) needs a process per variant. Writes $OUT/engine_ab.json.
+(MODELD_PDL, MODELD_LOADS_FIRST, MODELD_GEMV_INT4, MODELD_GEMV_SPLIT_FINISH, MODELD_ATTN_DECODE, ...); those
+read when their module is imported (docs/architecture.md) need a process per variant. Writes
+$OUT/engine_ab.json.
 
     PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/engine_ab.py --out $OUT --profiles int4,bf16 \
         --variant off:MODELD_PDL=0 --variant pdl:MODELD_PDL=1

@@ -236,12 +236,15 @@ def gemv_variant(variant: str):
     from modeld.kernels.linear import gemv, gemv_mma
     from modeld.kernels.linear import triton as lin
     saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV
+    saved_env = os.environ.pop(gemv_mma.INT4_GEMV_ENV, None)  # the env would override the policy set here
     lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = "v1" if variant == "v1" else "v2", ("int4", "fp8", "bf16"), 0
     gemv_mma.INT4_GEMV = variant if variant in ("mma", "hmma", "v2") else gemv_mma.INT4_GEMV
     try:
         yield
     finally:
         lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV = saved
+        if saved_env is not None:
+            os.environ[gemv_mma.INT4_GEMV_ENV] = saved_env
 
 
 def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):
@@ -272,7 +275,7 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         if m == 1 and fmt_name == "int4" and lin.GEMV_VARIANT == "v2" and gemv_mma.serves(90, swiglu, n, k) \
                 and fmt in ("int4g128", "int4g256"):
             cfg = gemv_mma.pick(90, swiglu, n, k, 132, DEV == "cpu")
-        if m == 1 and fmt in ("int4g128", "int4g256") and lin.GEMV_VARIANT == "v2" and gemv_mma.INT4_GEMV == "hmma":
+        if m == 1 and fmt in ("int4g128", "int4g256") and lin.GEMV_VARIANT == "v2" and gemv_mma.int4_gemv() == "hmma":
             cfg = lin._gemv_hmma.pick(90, swiglu, n, k, 132, DEV == "cpu")
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)

@@ -43,7 +43,7 @@ def main() -> int:
     e = lambda *s: torch.empty(*s, dtype=torch.bfloat16)  # noqa: E731
     print("| MODELD_PDL | case | kernel | launch_pdl | regs | spill | PREEXIT (vs the loop) | ACQBULK | LDG before the wait |")
     print("|---|---|---|---|---|---|---|---|---|")
-    saved = gm.INT4_GEMV
+    saved = os.environ.get(gm.INT4_GEMV_ENV)
     for pdl in ("0", "1", "late"):
         os.environ[PDL_ENV] = pdl
         cases = []
@@ -59,7 +59,7 @@ def main() -> int:
         cases.append(("fp8 5120x6144", "v2", lambda: lin.linear_fp8(x, w8, torch.empty(5120, dtype=torch.float32))))
         cases.append(("bf16 5120x6144", "v2", lambda: lin.linear(x, e(5120, 6144))))
         for tag, pol, thunk in cases:
-            gm.INT4_GEMV = pol
+            os.environ[gm.INT4_GEMV_ENV] = pol
             feas._offline_patches(mods)
             for jit, grid, a, kw in feas._record(mods, thunk):
                 kern, regs, spill = feas._compile_offline(jit, a, kw)
@@ -71,7 +71,9 @@ def main() -> int:
                 where = ", ".join("before" if i < loop_end else "after" for i in pre) or "-"
                 print(f"| {pdl} | {tag} | {jit.__name__} | {kw.get('launch_pdl', False)} | {regs} | {spill} | "
                       f"{len(pre)} ({where}) | {len(acq)} | {before} |", flush=True)
-    gm.INT4_GEMV = saved
+    os.environ.pop(gm.INT4_GEMV_ENV, None)
+    if saved is not None:
+        os.environ[gm.INT4_GEMV_ENV] = saved
     return 0
 
 

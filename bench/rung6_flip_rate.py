@@ -6,7 +6,7 @@ whether one such flip lands in those 96 positions may be chance. This bench meas
 more positions, in one process, for every source of logits that the gates judge:
 
   bf16        the bf16 engine vs HF (original weights): the bf16 gate's own noise
-  int4:<v>    the int4 engine with decode GEMV policy <v> (gemv_mma.INT4_GEMV: v2, hmma, ...) vs HF on
+  int4:<v>    the int4 engine with decode GEMV policy <v> (MODELD_GEMV_INT4: v2, hmma, ...) vs HF on
               bf16(dequant(quant(W))) — rung 6 itself
 
 Cases: --cases seeded random prompts of --prompt-len tokens, each followed by --tokens seeded random
@@ -42,7 +42,7 @@ def parse(argv):
     ap.add_argument("--prompt-len", type=int, default=24, help="tokens per prompt (default 24)")
     ap.add_argument("--tokens", type=int, default=48, help="forced tokens per prompt = positions (default 48)")
     ap.add_argument("--case-seed", type=int, default=20261130, help="seed of the prompt / forced token ids")
-    ap.add_argument("--variants", default="v2,hmma", help="int4 decode GEMV policies (gemv_mma.INT4_GEMV values)")
+    ap.add_argument("--variants", default="v2,hmma", help="int4 decode GEMV policies (MODELD_GEMV_INT4 values)")
     ap.add_argument("--tie", type=float, default=0.125, help="near-tie margin, as the cert (default 0.125)")
     ap.add_argument("--top-k", type=int, default=10, help="HF top-k of the top-k error, as the cert (default 10)")
     ap.add_argument("--steps", type=int, default=64, help="decode steps timed per engine (default 64)")
@@ -64,18 +64,21 @@ def engine_logits(st, profile: str, variant: str | None) -> tuple[list, dict]:
     the build, so its CUDA graph captures that kernel."""
     from modeld.kernels.linear import gemv_mma
 
-    saved = gemv_mma.INT4_GEMV
-    gemv_mma.INT4_GEMV = variant or saved
+    saved = os.environ.get(gemv_mma.INT4_GEMV_ENV)
+    if variant:
+        os.environ[gemv_mma.INT4_GEMV_ENV] = variant
     try:
         eng, _ = C.engine_from_hf(st, profile, st.args.seed, st.args.workers)
         t0 = time.perf_counter()
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)]
         info = {"teacher_forced_s": time.perf_counter() - t0, "graph_captured": eng.graph.captured,
-                "int4_gemv": gemv_mma.INT4_GEMV}
+                "int4_gemv": gemv_mma.int4_gemv()}
         d = C.engine_bench.decode_speed(eng, st.args.steps, 128)   # same run: the variants' speed side by side
         info["decode"] = {k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50") if k in d}
     finally:
-        gemv_mma.INT4_GEMV = saved
+        os.environ.pop(gemv_mma.INT4_GEMV_ENV, None)
+        if saved is not None:
+            os.environ[gemv_mma.INT4_GEMV_ENV] = saved
     del eng
     C.release()
     return logits, info

@@ -14,6 +14,7 @@ import torch
 from kernels_int4_problem import int4_problem, int4_want
 
 from modeld.kernels._testing import assert_close
+from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import gemv_hmma as gh
 from modeld.kernels.linear import gemv_mma as gm
@@ -90,6 +91,27 @@ def test_hmma_routing(gen, device, poisoned_outputs, monkeypatch):
     monkeypatch.setattr(gm, "INT4_GEMV", "v2")
     tt.swiglu_linear_int4(x, *ws)
     assert len(calls) == 1
+
+
+def test_int4_policy_env_overrides_on_every_call(gen, device, poisoned_outputs, monkeypatch):
+    """MODELD_GEMV_INT4 is read per call (one process can A/B the kernels); unknown values are refused."""
+    calls = []
+    real = gh.launch_int4_hmma
+    monkeypatch.setattr(gh, "launch_int4_hmma", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, ws = int4_problem(40, 256, 128, False, gen, device)
+    monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
+    monkeypatch.setenv(gm.INT4_GEMV_ENV, "v2")
+    assert gm.int4_gemv() == "v2"
+    tt.linear_int4(x, *ws)
+    assert calls == []
+    monkeypatch.setenv(gm.INT4_GEMV_ENV, "hmma")
+    assert_close(tt.linear_int4(x, *ws), int4_want(x, ws, False), what="env-selected hmma")
+    assert calls == [1]
+    monkeypatch.delenv(gm.INT4_GEMV_ENV)
+    assert gm.int4_gemv() == "hmma"
+    monkeypatch.setenv(gm.INT4_GEMV_ENV, "fast")
+    with pytest.raises(KernelValueError, match="MODELD_GEMV_INT4"):
+        gm.int4_gemv()
 
 
 def test_hmma_usable_rules(device):

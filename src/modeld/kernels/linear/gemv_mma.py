@@ -33,21 +33,34 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
+from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["MmaGemvConfig", "INT4_GEMV", "MMA_TUNED", "MAX_GROUPS", "serves", "usable", "pick", "launch_int4_mma"]
+__all__ = ["MmaGemvConfig", "INT4_GEMV", "INT4_GEMV_ENV", "int4_gemv", "MMA_TUNED", "MAX_GROUPS", "serves", "usable",
+           "pick", "launch_int4_mma"]
 
 # Which kernel serves int4 M == 1 calls (G 128 / 256): "hmma" (default: linear.gemv_hmma, mma.sync with the
 # nibbles decoded in registers), "v2" (linear.gemv only), "tuned" (this module's wgmma kernel for the shapes
-# of MMA_TUNED, v2 elsewhere) or "mma" (this module wherever `usable`). Env override MODELD_GEMV_INT4.
+# of MMA_TUNED, v2 elsewhere) or "mma" (this module wherever `usable`). MODELD_GEMV_INT4, read on every call
+# (`int4_gemv`), overrides it, so one process can A/B the kernels (bench/engine_ab.py).
 # "hmma" is 1.3-1.6x faster than v2 at every 27B shape: 27B int4 decode 146.4 instead of 113.8 tok/s (same
 # H200 call). It became the default in session 6 after rung 6 passed with the flip-set argmax rule: on 1536
 # positions it flips past the near-tie margin as often as v2 and the bf16 engine do (5 / 4 / 6), so its
 # single flip in 96 positions in session 5 was chance (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md,
 # findings/rung6-one-flip-rule-is-a-lottery.md). The wgmma path here gave no end-to-end gain
 # (optimizations/gemv-int4-tensor-core.md).
-INT4_GEMV = os.environ.get("MODELD_GEMV_INT4", "hmma")
+INT4_GEMV = "hmma"
+INT4_GEMV_ENV = "MODELD_GEMV_INT4"
+_INT4_POLICIES = ("hmma", "v2", "tuned", "mma")
+
+
+def int4_gemv() -> str:
+    """The int4 M == 1 policy: $MODELD_GEMV_INT4 if set, else INT4_GEMV. Raises KernelValueError."""
+    policy = os.environ.get(INT4_GEMV_ENV) or INT4_GEMV
+    if policy not in _INT4_POLICIES:
+        raise KernelValueError(f"{INT4_GEMV_ENV}={policy!r}: expected one of {', '.join(_INT4_POLICIES)}")
+    return policy
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,8 @@ MMA_TUNED: dict[tuple[int, bool, int, int], MmaGemvConfig] = {
 
 def serves(sm: int, swiglu: bool, n: int, k: int) -> bool:
     """Does the INT4_GEMV policy send this (usable) M == 1 int4 shape here?"""
-    return INT4_GEMV == "mma" or (INT4_GEMV == "tuned" and (sm, swiglu, n, k) in MMA_TUNED)
+    policy = int4_gemv()
+    return policy == "mma" or (policy == "tuned" and (sm, swiglu, n, k) in MMA_TUNED)
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> MmaGemvConfig:

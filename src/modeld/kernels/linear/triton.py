@@ -325,7 +325,7 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
-    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.INT4_GEMV == "hmma"
+    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
             and _gemv_hmma.usable(x, w, group)):
         hcfg = _gemv_hmma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
         return _gemv_hmma.launch_int4_hmma(x, w, ws, wm, y, swiglu, group, hcfg, kernel=_gemv_int4_hmma_kernel,
