@@ -2,14 +2,15 @@
 
 Per shape, with the kernel's default pick: registers, spills, whether the loop's TTGIR holds a layout
 conversion or shared-memory buffer (it must not: every thread keeps its own fragment), the evict_first
-weight loads of one iteration (SASS LDG.E.EF) and the SASS of one loop iteration (the common part plus one of the two accumulator branches, j < 8 / j >= 8) per weight
-(KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
+weight loads of one iteration (SASS LDG.E.EF) and the SASS of one loop iteration (the common part plus
+one of the two accumulator branches, j < 8 / j >= 8) per weight (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
 
     PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import re
@@ -38,7 +39,8 @@ def iteration(sass: str) -> tuple[list[str], int]:
     return [l.split("\t", 1)[1] for l in one if "\t" in l], sum("\t" in l for l in body)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
 
     from bench import feasibility as feas

@@ -10,6 +10,7 @@ come before the wait (v2: the constant first weight tile; hmma: none). KNOWLEDGE
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -32,7 +33,8 @@ def k_loop_end(sass: str) -> int:
     return max(back, default=len(lines))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
 
     from bench import feasibility as feas
