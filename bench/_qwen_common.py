@@ -182,6 +182,12 @@ def add_checkpoint_args(ap, config_help: str = "synth preset (default 27b)") -> 
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
 
 
+def add_compare_args(ap) -> None:
+    """--tie, --top-k: the near-tie rule of `modeld.qualify.logit_compare.compare_logits`."""
+    ap.add_argument("--tie", type=float, default=0.125, help="near-tie margin (2 bf16 ulps at |logit| 8..16)")
+    ap.add_argument("--top-k", type=int, default=10, help="HF top-k for the top-k logit error (default 10)")
+
+
 def roofline(engine, context: int = 128) -> float:
     """Decode floor in seconds, as bench/engine_qwen3_5.py computes it: weights read once (less
     the gathered embedding) + GDN state read and written + KV at `context`, at COPY_BW."""

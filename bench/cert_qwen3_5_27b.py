@@ -68,8 +68,7 @@ def parse(argv):
     C.add_checkpoint_args(ap, "synth preset (default 27b; tiny/small for a CPU dry run)")
     ap.add_argument("--fixture", default=C.FIXTURE, help="committed HF greedy fixture (used when its config matches)")
     ap.add_argument("--new-tokens", type=int, default=32, help="forced tokens per prompt without a fixture (default 32)")
-    ap.add_argument("--tie", type=float, default=0.125, help="near-tie margin (2 bf16 ulps at |logit| 8..16)")
-    ap.add_argument("--top-k", type=int, default=10, help="HF top-k for the top-k logit error (default 10)")
+    C.add_compare_args(ap)
     ap.add_argument("--flip-cases", type=int, default=32,
                     help="seeded random prompts of the flip set (rung-6 argmax rule; default 32, 0: fixture only)")
     ap.add_argument("--flip-tokens", type=int, default=48, help="forced tokens per flip-set prompt (default 48)")

@@ -30,6 +30,20 @@ def gen(request, device) -> torch.Generator:
     return _testing.seeded_generator(request.node.nodeid)
 
 
+@pytest.fixture
+def simulated_streams(monkeypatch) -> dict:
+    """Empty arrival-counter tables and a fake stream / capture state ({"now": stream id, "capturing": bool},
+    mutable by the test) in place of torch's, so the capture logic of kernels/_arrival.py runs on CPU."""
+    from modeld.kernels import _arrival as ar
+
+    monkeypatch.setattr(ar, "_COUNTERS", {})
+    monkeypatch.setattr(ar, "_SPARES", {})
+    stream = {"now": 1, "capturing": False}
+    monkeypatch.setattr(ar, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
+    monkeypatch.setattr(ar, "_capturing", lambda device: stream["capturing"])
+    return stream
+
+
 def pytest_report_header(config):
     interp = _testing.interpreting()
     return (

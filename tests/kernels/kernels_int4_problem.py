@@ -21,6 +21,27 @@ def int4_problem(n, k, group, swiglu, gen, device, x_scale=2.0, w_shift=0.0):
     return x, quant.quantize_int4(w, group)
 
 
+def count_launches(monkeypatch, module, name: str) -> list:
+    """Wrap module.name so every call appends its last positional argument (the config) to the returned list."""
+    calls = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    return calls
+
+
+def run_unroutable(x, ws, gen, device, monkeypatch):
+    """The M == 1 int4 calls no tensor-core GEMV may take: G = 32, M = 2, and a usable call under the "v2"
+    policy (left set). x, ws: a usable SwiGLU problem."""
+    from modeld.kernels.linear import gemv_mma
+    from modeld.kernels.linear import triton as lin
+
+    x32, ws32 = int4_problem(40, 256, 32, False, gen, device)  # G = 32: not usable
+    lin.linear_int4(x32, *ws32)
+    lin.swiglu_linear_int4(torch.cat([x, x]), *ws)  # M = 2: the skinny path
+    monkeypatch.setattr(gemv_mma, "INT4_GEMV", "v2")
+    lin.swiglu_linear_int4(x, *ws)
+
+
 def int4_want(x, ws, swiglu):
     """The spec: linear.reference on the packed weights (SwiGLU over the 2N rows)."""
     return (ref.swiglu_linear_int4 if swiglu else ref.linear_int4)(x, *ws)

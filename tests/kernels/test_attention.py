@@ -147,14 +147,10 @@ def test_fused_counters_grow_and_keep_old_buffers(device, monkeypatch):
     assert any(t.numel() >= bigger.numel() and int(t.count_nonzero()) == 0 for t in spares)
 
 
-def test_fused_counters_during_a_capture(monkeypatch):
+def test_fused_counters_during_a_capture(simulated_streams, monkeypatch):
     """Logic of the capture path (simulated: stream keys and the capture flag patched): a capture
     claims the spare an eager allocation left, never allocates, and raises when no spare fits."""
-    monkeypatch.setattr(ar, "_COUNTERS", {})
-    monkeypatch.setattr(ar, "_SPARES", {})
-    stream = {"now": 1, "capturing": False}
-    monkeypatch.setattr(ar, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
-    monkeypatch.setattr(ar, "_capturing", lambda device: stream["capturing"])
+    stream = simulated_streams
     dev = torch.device("cpu")
     eager = tt.reserve_decode_counters(dev, 40)  # warm-up on side stream 1: buffer + spare
     spare = ar._SPARES[("attention-decode", "cpu")][0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels_int4_problem import int4_problem, int4_want
+from kernels_int4_problem import count_launches, int4_problem, int4_want, run_unroutable
 
 from modeld.kernels._testing import assert_close
 from modeld.kernels.errors import KernelValueError
@@ -78,26 +78,18 @@ def test_more_than_16_chunks_forces_a_split(gen, device, poisoned_outputs):
 
 def test_hmma_routing(gen, device, poisoned_outputs, monkeypatch):
     """INT4_GEMV = "hmma" sends usable M == 1 int4 calls here; other policies and unusable calls do not."""
-    calls = []
-    real = gh.launch_int4_hmma
-    monkeypatch.setattr(gh, "launch_int4_hmma", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    calls = count_launches(monkeypatch, gh, "launch_int4_hmma")
     x, ws = int4_problem(40, 256, 128, True, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
     assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="routed hmma")
     assert len(calls) == 1
-    x32, ws32 = int4_problem(40, 256, 32, False, gen, device)  # G = 32: not usable
-    tt.linear_int4(x32, *ws32)
-    tt.swiglu_linear_int4(torch.cat([x, x]), *ws)  # M = 2
-    monkeypatch.setattr(gm, "INT4_GEMV", "v2")
-    tt.swiglu_linear_int4(x, *ws)
+    run_unroutable(x, ws, gen, device, monkeypatch)
     assert len(calls) == 1
 
 
 def test_int4_policy_env_overrides_on_every_call(gen, device, poisoned_outputs, monkeypatch):
     """MODELD_GEMV_INT4 is read per call (one process can A/B the kernels); unknown values are refused."""
-    calls = []
-    real = gh.launch_int4_hmma
-    monkeypatch.setattr(gh, "launch_int4_hmma", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = count_launches(monkeypatch, gh, "launch_int4_hmma")
     x, ws = int4_problem(40, 256, 128, False, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
     monkeypatch.setenv(gm.INT4_GEMV_ENV, "v2")
@@ -106,7 +98,7 @@ def test_int4_policy_env_overrides_on_every_call(gen, device, poisoned_outputs, 
     assert calls == []
     monkeypatch.setenv(gm.INT4_GEMV_ENV, "hmma")
     assert_close(tt.linear_int4(x, *ws), int4_want(x, ws, False), what="env-selected hmma")
-    assert calls == [1]
+    assert len(calls) == 1
     monkeypatch.delenv(gm.INT4_GEMV_ENV)
     assert gm.int4_gemv() == "hmma"
     monkeypatch.setenv(gm.INT4_GEMV_ENV, "fast")

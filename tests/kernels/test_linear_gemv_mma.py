@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels_int4_problem import int4_problem, int4_want
+from kernels_int4_problem import count_launches, int4_problem, int4_want, run_unroutable
 
 from modeld.kernels._testing import assert_close
 from modeld.kernels.linear import gemv as gv
@@ -45,21 +45,14 @@ def test_mma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
 
 def test_mma_routing(gen, device, poisoned_outputs, monkeypatch):
     """INT4_GEMV = "mma" sends usable M == 1 int4 calls here; "v2" and unusable shapes do not."""
-    calls = []
-    real = gm.launch_int4_mma
-    monkeypatch.setattr(gm, "launch_int4_mma", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    calls = count_launches(monkeypatch, gm, "launch_int4_mma")
     x, ws = int4_problem(40, 256, 128, True, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "mma")
     assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="routed mma")
     assert len(calls) == 1
-    x32, ws32 = int4_problem(40, 256, 32, False, gen, device)  # G = 32: not usable -> v1/v2
-    tt.linear_int4(x32, *ws32)
-    x2 = torch.cat([x, x])  # M = 2: skinny path
-    tt.swiglu_linear_int4(x2, *ws)
-    monkeypatch.setattr(gm, "INT4_GEMV", "v2")
-    tt.swiglu_linear_int4(x, *ws)
+    run_unroutable(x, ws, gen, device, monkeypatch)
     assert len(calls) == 1
-    # "tuned" (the default): only shapes with an MMA_TUNED entry (keyed by the device's sm: 0 off-GPU)
+    # "tuned": only shapes with an MMA_TUNED entry (keyed by the device's sm: 0 off-GPU)
     monkeypatch.setattr(gm, "INT4_GEMV", "tuned")
     tt.swiglu_linear_int4(x, *ws)
     assert len(calls) == 1

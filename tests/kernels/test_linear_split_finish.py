@@ -138,16 +138,12 @@ def test_split_one_needs_no_counters(gen, device, poisoned_outputs, monkeypatch)
     assert not got.isnan().any() and gv.split_counter_buffer(torch.device(device)) is None
 
 
-def test_fused_finish_during_a_simulated_capture(gen, monkeypatch, poisoned_outputs):
+def test_fused_finish_during_a_simulated_capture(gen, monkeypatch, poisoned_outputs, simulated_streams):
     """Capture logic (stream keys and the capture flag patched, as attention's test): the eager warm-up
     on stream 1 leaves a spare that a capture on stream 2 claims without allocating; the GEMV runs on
     it; a capture on a stream with no spare left raises GemvWorkspaceError; GEMV and attention counters
     are separate buffers."""
-    monkeypatch.setattr(ar, "_COUNTERS", {})
-    monkeypatch.setattr(ar, "_SPARES", {})
-    stream = {"now": 1, "capturing": False}
-    monkeypatch.setattr(ar, "_stream_key", lambda device, s=None: (str(device), stream["now"]))
-    monkeypatch.setattr(ar, "_capturing", lambda device: stream["capturing"])
+    stream = simulated_streams
     dev = torch.device("cpu")
     n, k = 37, 198
     ws, group = _weights("bf16", n, k, gen, dev)

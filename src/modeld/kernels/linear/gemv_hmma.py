@@ -371,12 +371,10 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     """
     n = y.shape[1]
     nc = x.shape[1] // 128
-    split, cpp = _split.split_units(nc, cfg.split_k, MAX_GROUPS)
-    apart = swiglu and cfg.gate_up_apart and nc >= 2  # needs >= 2 splits: the finish launch applies SwiGLU
-    if apart:  # a plain GEMV over the 2N rows; its partials [split, 2N] are gate then up, as SwiGLU's
-        split = max(split, 2)
-        cpp = triton.cdiv(nc, split)
-        split = triton.cdiv(nc, cpp)
+    # gate / up apart: a plain GEMV over the 2N rows whose partials [split, 2N] are gate then up, as SwiGLU's;
+    # it needs >= 2 splits, since the finish launch applies SwiGLU
+    apart = swiglu and cfg.gate_up_apart and nc >= 2
+    split, cpp = _split.split_units(nc, max(cfg.split_k, 2) if apart else cfg.split_k, MAX_GROUPS)
     rows = 2 * n if apart else n
     grid = (triton.cdiv(rows, 16 * cfg.blocks), split)
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
