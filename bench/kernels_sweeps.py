@@ -193,40 +193,6 @@ def sweep_gemv_pdl(reps, gen, dry=False):
                     os.environ.pop("MODELD_PDL", None)
 
 
-def sweep_gemv_stages(reps, gen, dry=False):
-    """Each default M == 1 GEMV (bf16 / fp8 v2, int4 g128 hmma) with its K loop's loads streamed through shared
-    memory by Triton's software pipeliner (cp.async, `stages` deep) instead of registers only, interleaved per
-    shape: the default beside stages 2 / 3 / 4 and stages 3 with half the split-K (longer loops to pipeline)."""
-    from modeld.kernels.linear import configs
-    from modeld.kernels.linear import gemv_hmma
-    variants = {"stages 2": lambda c: dataclasses.replace(c, stages=2),
-                "stages 3": lambda c: dataclasses.replace(c, stages=3),
-                "stages 4": lambda c: dataclasses.replace(c, stages=4),
-                "stages 3, half split": lambda c: dataclasses.replace(c, stages=3, split_k=max(1, c.split_k // 2))}
-    if dry:
-        variants = {"stages 2": variants["stages 2"]}
-    saved_tuned, saved_default, saved_pick = dict(configs.GEMV_TUNED), configs._gemv_default, gemv_hmma.pick
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            for fmt in ("bf16", "fp8", "int4g128"):
-                v = "hmma" if fmt == "int4g128" else "v2"
-                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
-                for name, change in variants.items():
-                    if v == "hmma":
-                        gemv_hmma.pick = lambda *a, _f=change: _f(saved_pick(*a))
-                    else:
-                        configs.GEMV_TUNED.update({key: change(c) for key, c in saved_tuned.items()})
-                        configs._gemv_default = lambda *a, _f=change: _f(saved_default(*a))
-                    try:
-                        K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False, tag=f" [sweep {name}]")
-                    finally:
-                        configs._gemv_default, gemv_hmma.pick = saved_default, saved_pick
-                        configs.GEMV_TUNED.update(saved_tuned)
-    finally:
-        configs._gemv_default, gemv_hmma.pick = saved_default, saved_pick
-        configs.GEMV_TUNED.update(saved_tuned)
-
-
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
@@ -299,8 +265,7 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
-                     ("sweep-gemv-stages", sweep_gemv_stages)):
+                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

@@ -31,10 +31,11 @@ def test_triton_matches_reference(shape, dtype, gen, device):
 
 @pytest.mark.parametrize("shape", [(1, 48, 128), (2, 5, 100)], ids=["1x48x128", "2x5x100"])
 def test_loads_first_changes_no_result(shape, gen, device, monkeypatch):
-    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as without it."""
+    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as with 0."""
     x = (torch.randn(*shape, generator=gen) * 2).bfloat16().to(device)
     z = (torch.randn(*shape, generator=gen) * 2).bfloat16().to(device)
     w = (1 + 0.3 * torch.randn(shape[-1], generator=gen)).bfloat16().to(device)
+    monkeypatch.setenv("MODELD_LOADS_FIRST", "0")
     off = tt.gated_rms_norm(x, z, w, 1e-6)
     monkeypatch.setenv("MODELD_LOADS_FIRST", "1")
     on = tt.gated_rms_norm(x, z, w, 1e-6)

@@ -7,8 +7,6 @@ shapes and random shapes. Outputs come from a poisoned `torch.empty`, so an unwr
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -289,16 +287,13 @@ FORCED_CASES = [
     ("int4g128", 640, configs.GemvConfig(4, 128, 4, weight_policy="evict_first")),
     ("fp8", 196, configs.GemvConfig(4, 64, 4, weight_policy="evict_first")),
     ("bf16", 198, configs.GemvConfig(4, 64, 4, split_k=3, weight_policy="evict_first")),
-    # fp8 / bf16 loads staged through shared memory by Triton's pipeliner (a plain loop in the interpreter)
-    ("fp8", 196, configs.GemvConfig(4, 64, 4, stages=3)),
-    ("bf16", 198, configs.GemvConfig(4, 64, 4, split_k=3, stages=2)),
 ]
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
 @pytest.mark.parametrize("fmt,k,cfg", FORCED_CASES,
                          ids=[f"{f}-K{k}-{c.block_n}x{c.block_k}s{c.split_k}{'-' + c.weight_policy if c.weight_policy else ''}"
-                              f"{f'-stages{c.stages}' if c.stages > 1 else ''}" for f, k, c in FORCED_CASES])
+                              for f, k, c in FORCED_CASES])
 def test_gemv_v2_forced_tiles(fmt, k, cfg, swiglu, gen, device, poisoned_outputs):
     """v2 with explicit tiles: several K steps, partial steps, split-K (fp32 partials + finish kernel)."""
     n = 37
@@ -392,20 +387,6 @@ def test_gpu_gemv_v2_split_k(n, k, swiglu, fmt, split, policy, gen, device, pois
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", [2, 3, 4])
-@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:4], ids=["gate-up-swiglu", "down", "N10240", "o_proj"])
-def test_gpu_gemv_v2_stages(n, k, swiglu, fmt, stages, gen, device, poisoned_outputs):
-    """The K loop's loads staged through shared memory (cp.async, Triton's pipeliner) on the tuned tile and split."""
-    x = (torch.randn(1, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
-    ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
-    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-    cfg = dataclasses.replace(configs.pick_gemv(90, fmt, swiglu, n, k, 0, False), stages=stages)
-    got = gv.launch_gemv(fmt, x, *(list(ws) + [None] * (3 - len(ws))), y, swiglu, 0, cfg)
-    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"{fmt} {n}x{k} {cfg}")
-
-
-@pytest.mark.gpu
 def test_gpu_gdn_ba_takes_tuned_v2(gen, device, poisoned_outputs, monkeypatch):
     """The 27B's gdn.ba (96 x 5120 bf16, under V2_MIN_WEIGHTS) runs v2 split-K through its GEMV_TUNED
     entry, with the default routing policy, and matches the spec."""
@@ -426,30 +407,3 @@ def test_gpu_gemv_v2_random_shapes(fmt, gen, device, poisoned_outputs, gemv_call
                                                                      if fmt != "int4g128" else 0)
         _check(1, n, k, fmt, bool(n % 2), gen, device)
     assert gemv_calls == [fmt[:4]] * 10
-
-
-def test_gemv_stages_env_overrides_on_every_call(gen, device, poisoned_outputs, monkeypatch):
-    """MODELD_GEMV_STAGES is read per launch (the engine A/B sets it between builds); bad values are refused."""
-    seen = []
-    real = gv._gemv_fp8_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*a, **kw):
-                seen.append((kw["STAGES"], kw["num_stages"]))
-                return real[grid](*a, **kw)
-            return launch
-
-    x = (torch.randn(1, 196, generator=gen) * 2).bfloat16().to(device)
-    ws = _weights("fp8", 37, 196, gen, device)
-    cfg = configs.GemvConfig(4, 64, 4)
-    for env in ("", "3", "1"):
-        monkeypatch.setenv(configs.STAGES_ENV, env)
-        y = torch.empty(1, 37, dtype=torch.bfloat16, device=device)
-        got = gv.launch_gemv("fp8", x, *ws, None, y, False, 0, cfg, kernel=Spy())
-        assert_close(got, ref.linear_fp8(x, *ws), what=f"fp8 GEMV, {configs.STAGES_ENV}={env!r}")
-    assert seen == [(1, 1), (3, 3), (1, 1)]
-    for bad in ("0", "9", "two"):
-        monkeypatch.setenv(configs.STAGES_ENV, bad)
-        with pytest.raises(KernelValueError, match=configs.STAGES_ENV):
-            gv.launch_gemv("fp8", x, *ws, None, torch.empty(1, 37, dtype=torch.bfloat16, device=device), False, 0, cfg)

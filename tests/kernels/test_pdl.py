@@ -19,8 +19,8 @@ from modeld.kernels.linear import triton as lin
 from modeld.kernels.rmsnorm import triton as norm
 
 
-@pytest.mark.parametrize("env,interp,mode", [("1", "0", 1), ("late", "0", 2), ("0", "0", 0), ("", "0", 0),
-                                             (None, "0", 0), ("1", "1", 0), ("late", "1", 0)])
+@pytest.mark.parametrize("env,interp,mode", [("1", "0", 1), ("late", "0", 2), ("0", "0", 0), ("", "0", 1),
+                                             (None, "0", 1), ("1", "1", 0), ("late", "1", 0), (None, "1", 0)])
 def test_pdl_switch(env, interp, mode, monkeypatch):
     if env is None:
         monkeypatch.delenv(_pdl.PDL_ENV, raising=False)

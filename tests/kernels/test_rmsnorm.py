@@ -42,14 +42,30 @@ def test_triton_matches_reference(rows, D, dtype, zero_centred, gen, device):
 @pytest.mark.parametrize("zero_centred", [True, False], ids=["zc", "plain"])
 @pytest.mark.parametrize("rows,D", [(1, 5120), (3, 100), (64, 576)], ids=["rows1-D5120", "rows3-D100", "rows64-D576"])
 def test_loads_first_changes_no_result(rows, D, zero_centred, gen, device, monkeypatch):
-    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as without it."""
+    """MODELD_LOADS_FIRST=1 (kernels/_loads_first.py) reorders loads only: the same bits as with 0."""
     x, w, r = _inputs(rows, D, torch.bfloat16, gen, device)
+    monkeypatch.setenv("MODELD_LOADS_FIRST", "0")
     off = tt.add_rms_norm(x, r, w, 1e-6, zero_centred), tt.rms_norm(x, w, 1e-6, zero_centred)
     monkeypatch.setenv("MODELD_LOADS_FIRST", "1")
     on = tt.add_rms_norm(x, r, w, 1e-6, zero_centred), tt.rms_norm(x, w, 1e-6, zero_centred)
     assert torch.equal(on[0].out, off[0].out) and torch.equal(on[0].residual, off[0].residual)
     assert torch.equal(on[1], off[1])
     assert_close(on[1], ref.rms_norm(x, w, 1e-6, zero_centred))
+
+
+def test_loads_first_switch(monkeypatch):
+    """On by default (unset or empty), 0 turns it off, only decode-sized launches; other values are refused."""
+    from modeld.kernels import _loads_first as lf
+    from modeld.kernels.errors import KernelValueError
+    for env, rows, want in ((None, 1, True), ("", 64, True), ("1", 65, False), ("0", 1, False)):
+        if env is None:
+            monkeypatch.delenv(lf.LOADS_FIRST_ENV, raising=False)
+        else:
+            monkeypatch.setenv(lf.LOADS_FIRST_ENV, env)
+        assert lf.loads_first(rows) is want
+    monkeypatch.setenv(lf.LOADS_FIRST_ENV, "yes")
+    with pytest.raises(KernelValueError, match="MODELD_LOADS_FIRST"):
+        lf.loads_first(1)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,7 @@
 """Programmatic dependent launch (PDL, sm_90+) across the decode step: one switch for every kernel.
 
 Without PDL a kernel starts only after the previous kernel on the stream has finished, and then pays its
-launch and the first DRAM round trip with the GPU idle. With PDL (`MODELD_PDL=1`, read on every launch, so
+launch and the first DRAM round trip with the GPU idle. With PDL (`MODELD_PDL=1`, the default; read on every launch, so
 a CUDA graph keeps what was set when it was captured):
 * "trigger" kernels (norms, RoPE, conv1d, attention, the split-K finish) call `griddepcontrol.launch_dependents`
   first thing: the next kernel, if it was launched with PDL, may start its programs as soon as every program
@@ -29,18 +29,22 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["PDL_ENV", "pdl_mode", "pdl_on", "launch_options"]
+__all__ = ["PDL_ENV", "PDL_DEFAULT", "pdl_mode", "pdl_on", "launch_options"]
 # device helpers: pdl_trigger, pdl_wait
 
 PDL_ENV = "MODELD_PDL"
+# On by default since session 7: the same-process engine A/B (certs/engine-ab-gemv-stages-qwen3_5-27b-h200.json)
+# measured int4 / bf16 / fp8 decode +3.6 / +3.7 / +4.7 % with MODELD_LOADS_FIRST, logits bit-identical, and the
+# full re-certification passed with both on (KNOWLEDGE/optimizations/decode-pdl.md). "late" lost at bf16.
+PDL_DEFAULT = "1"
 
 
 def pdl_mode() -> int:
-    """0 off (MODELD_PDL unset / 0, or the CPU interpreter), 1 on with the waiting kernels triggering first
-    thing (MODELD_PDL=1), 2 on with them triggering after their main loop (MODELD_PDL=late). Raises
-    KernelValueError for any other value."""
-    v = os.environ.get(PDL_ENV, "0")
-    modes = {"": 0, "0": 0, "1": 1, "late": 2}
+    """0 off (MODELD_PDL=0, or the CPU interpreter), 1 on with the waiting kernels triggering first thing
+    (MODELD_PDL=1, the default when unset or empty), 2 on with them triggering after their main loop
+    (MODELD_PDL=late). Raises KernelValueError for any other value."""
+    v = os.environ.get(PDL_ENV) or PDL_DEFAULT
+    modes = {"0": 0, "1": 1, "late": 2}
     if v not in modes:
         raise KernelValueError(f"{PDL_ENV}={v!r}: expected 0, 1 or late")
     return 0 if interpreting() else modes[v]

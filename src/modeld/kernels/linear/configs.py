@@ -9,13 +9,10 @@ measurement). Buckets: "gemv" (M == 1, elementwise FMA + one reduction per progr
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from modeld.kernels.errors import KernelValueError
-
 __all__ = ["TileConfig", "TUNED", "pick", "m_bucket", "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED",
-           "pick_gemv", "GEMV_INTERPRETER", "STAGES_ENV", "decode_stages"]
+           "pick_gemv", "GEMV_INTERPRETER"]
 
 
 @dataclass(frozen=True)
@@ -135,9 +132,6 @@ class GemvConfig:
     # split-K partials from L2 ("evict_first" was 0-5 % faster than none at every 27B shape and format on
     # the H200, session 6; KNOWLEDGE/optimizations/gemv-weights-evict-first.md)
     weight_policy: str = "evict_first"
-    # fp8 / bf16: > 1 streams the K loop's loads through shared memory (cp.async) this many steps deep, staged by
-    # Triton's software pipeliner, instead of the one-step register double buffer (1)
-    stages: int = 1
 
 
 # (sm, fmt, swiglu, N, K) -> GemvConfig at the engine's five fused 27B decode shapes: the fastest p50
@@ -210,18 +204,3 @@ def pick_gemv(sm: int, fmt: str, swiglu: bool, n: int, k: int, group: int, inter
     if interpreting:
         return GEMV_INTERPRETER[fmt]
     return GEMV_TUNED.get((sm, fmt, swiglu, n, k)) or _gemv_default(fmt, swiglu, n, k, group)
-
-
-STAGES_ENV = "MODELD_GEMV_STAGES"
-
-
-def decode_stages(config_stages: int) -> int:
-    """Pipeline depth of a decode GEMV launch (fp8 / bf16 v2, int4 hmma): $MODELD_GEMV_STAGES (1-8) if set, read on
-    every call so one process can A/B it, else the config's. 1 = loads into registers only; n > 1 = Triton's
-    pipeliner streams the K loop's loads through shared memory n - 1 steps ahead. Raises KernelValueError."""
-    raw = os.environ.get(STAGES_ENV, "")
-    if not raw:
-        return config_stages
-    if not raw.isdigit() or not 1 <= int(raw) <= 8:
-        raise KernelValueError(f"{STAGES_ENV}={raw!r}: expected an integer from 1 to 8")
-    return int(raw)

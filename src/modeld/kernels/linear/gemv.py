@@ -47,7 +47,7 @@ import triton.language as tl
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
-from modeld.kernels.linear.configs import GemvConfig, decode_stages
+from modeld.kernels.linear.configs import GemvConfig
 from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
                                               GemvWorkspaceError, _gemv_finish_kernel, _split_finish,
                                               finish_split, reserve_split_counters, split_counter_buffer,
@@ -284,68 +284,45 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
 
 
 @triton.jit
-def _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM: tl.constexpr):
-    """The two accumulators after one step: x as int32 bf16 pairs (xa: x[4j], x[4j + 1]; xb: x[4j + 2], x[4j + 3]),
-    wg / wu words of 4 e4m3 weights (k 4j .. 4j + 3)."""
-    x0 = (xa << 16).to(tl.float32, bitcast=True)
-    x1 = (xa & -65536).to(tl.float32, bitcast=True)
-    x2 = (xb << 16).to(tl.float32, bitcast=True)
-    x3 = (xb & -65536).to(tl.float32, bitcast=True)
-    g0, g1, g2, g3 = _fp8_word_to_f32(wg, ASM)
-    acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
-    u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
-    acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
-    return acc_g, acc_u
-
-
-@triton.jit
 def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
                      ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr,
-                     PDL: tl.constexpr, STAGES: tl.constexpr = 1):
+                     PDL: tl.constexpr):
     # fp8 weights read as int32 words [KS, BN, WK] (the int4 kernel's layout trick: threads along
     # dim 2 then dim 0 = along K); x_ptr is the int32 view of x (bf16 pairs). Two row tiles.
     # Split-K: program (pid, pid_k) sums words [pid_k * WPS, min(KW, (pid_k + 1) * WPS)).
     pdl_trigger(PDL == 1)  # PDL: 0 off, 1 trigger now, 2 after the K loop (kernels/_pdl.py)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
-    if STAGES > 1:  # Triton's pipeliner streams the loads through shared memory STAGES - 1 steps ahead
+    c0 = k_lo + cs
+    kmask = c0 < k_hi
+    if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
         pdl_wait(PDL != 0)
-        for k0 in tl.range(k_lo, k_hi, KS * WK, num_stages=STAGES):
-            c = k0 + cs
-            kmask = c < k_hi
-            xa = tl.load(x_ptr + 2 * c, mask=kmask, other=0)
-            xb = tl.load(x_ptr + 2 * c + 1, mask=kmask, other=0)
-            wg = tl.load(w_ptr + rows3 * stride_w + c, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-            acc_g, acc_u = _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM)
+        xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
+        xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
     else:
-        c0 = k_lo + cs
-        kmask = c0 < k_hi
-        if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
-            wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-            pdl_wait(PDL != 0)
-            xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
-            xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
-        else:
-            xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
-            xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
-            wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-        for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):  # register double buffer: load k0, compute k0 - 1
-            cn = k0 + cs
-            nmask = cn < k_hi
-            xa_n = tl.load(x_ptr + 2 * cn, mask=nmask, other=0)
-            xb_n = tl.load(x_ptr + 2 * cn + 1, mask=nmask, other=0)
-            wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
-            wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0,
-                           eviction_policy=POLICY)
-            acc_g, acc_u = _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM)
-            xa, xb, wg, wu = xa_n, xb_n, wg_n, wu_n
+        xa = tl.load(x_ptr + 2 * c0, mask=kmask, other=0)
+        xb = tl.load(x_ptr + 2 * c0 + 1, mask=kmask, other=0)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+    for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
+        cn = k0 + cs
+        nmask = cn < k_hi
+        xa_n = tl.load(x_ptr + 2 * cn, mask=nmask, other=0)
+        xb_n = tl.load(x_ptr + 2 * cn + 1, mask=nmask, other=0)
+        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
+        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0, eviction_policy=POLICY)
+        x0 = (xa << 16).to(tl.float32, bitcast=True)
+        x1 = (xa & -65536).to(tl.float32, bitcast=True)
+        x2 = (xb << 16).to(tl.float32, bitcast=True)
+        x3 = (xb & -65536).to(tl.float32, bitcast=True)
+        g0, g1, g2, g3 = _fp8_word_to_f32(wg, ASM)
+        acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
+        u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
+        acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
+        xa, xb, wg, wu = xa_n, xb_n, wg_n, wu_n
     pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)
     u_rows_ok = rows < N if SWIGLU else rows + up_offset < N
@@ -354,22 +331,9 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
 
 
 @triton.jit
-def _bf16_step(acc_g, acc_u, xw, wg, wu):
-    """The two accumulators after one step: x words xw (bf16 pairs x[2j], x[2j + 1]) against weight words wg / wu."""
-    x0 = (xw << 16).to(tl.float32, bitcast=True)
-    x1 = (xw & -65536).to(tl.float32, bitcast=True)
-    acc_g = tl.fma((wg << 16).to(tl.float32, bitcast=True), x0,
-                   tl.fma((wg & -65536).to(tl.float32, bitcast=True), x1, acc_g))
-    acc_u = tl.fma((wu << 16).to(tl.float32, bitcast=True), x0,
-                   tl.fma((wu & -65536).to(tl.float32, bitcast=True), x1, acc_u))
-    return acc_g, acc_u
-
-
-@triton.jit
 def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                       SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
-                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr,
-                      STAGES: tl.constexpr = 1):
+                      SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr):
     # bf16 weights read as int32 words of 2 weights, [KS, BN, WK] tiles like the fp8 kernel (threads
     # along K, two row tiles sharing x, register double buffer, one reduction at the end). A bf16 in
     # the high half of a word is already an fp32 bit pattern (mask), the low half moves up (shift):
@@ -379,39 +343,30 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride
     pdl_trigger(PDL == 1)  # PDL: 0 off, 1 trigger now, 2 after the K loop (kernels/_pdl.py)
     pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u = _word_tiles(
         N, KW, WPS, up_offset, SWIGLU, BLOCK_N, KS, WK)
-    if STAGES > 1:  # Triton's pipeliner streams the loads through shared memory STAGES - 1 steps ahead
+    c0 = k_lo + cs
+    kmask = c0 < k_hi
+    if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
         pdl_wait(PDL != 0)
-        for k0 in tl.range(k_lo, k_hi, KS * WK, num_stages=STAGES):
-            c = k0 + cs
-            kmask = c < k_hi
-            xw = tl.load(x_ptr + c, mask=kmask, other=0)
-            wg = tl.load(w_ptr + rows3 * stride_w + c, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-            acc_g, acc_u = _bf16_step(acc_g, acc_u, xw, wg, wu)
+        xw = tl.load(x_ptr + c0, mask=kmask, other=0)
     else:
-        c0 = k_lo + cs
-        kmask = c0 < k_hi
-        if PDL:  # the constant weights first, then wait for the kernel that wrote x (kernels/_pdl.py)
-            wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-            pdl_wait(PDL != 0)
-            xw = tl.load(x_ptr + c0, mask=kmask, other=0)
-        else:
-            xw = tl.load(x_ptr + c0, mask=kmask, other=0)
-            wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
-            wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0,
-                         eviction_policy=POLICY)
-        for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):  # register double buffer: load k0, compute k0 - 1
-            cn = k0 + cs
-            nmask = cn < k_hi
-            xw_n = tl.load(x_ptr + cn, mask=nmask, other=0)
-            wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
-            wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0,
-                           eviction_policy=POLICY)
-            acc_g, acc_u = _bf16_step(acc_g, acc_u, xw, wg, wu)
-            xw, wg, wu = xw_n, wg_n, wu_n
+        xw = tl.load(x_ptr + c0, mask=kmask, other=0)
+        wg = tl.load(w_ptr + rows3 * stride_w + c0, mask=gmask_r & kmask, other=0, eviction_policy=POLICY)
+        wu = tl.load(w_ptr + (rows3 + up_offset) * stride_w + c0, mask=umask_r & kmask, other=0, eviction_policy=POLICY)
+    for k0 in range(k_lo + KS * WK, k_hi + KS * WK, KS * WK):
+        cn = k0 + cs
+        nmask = cn < k_hi
+        xw_n = tl.load(x_ptr + cn, mask=nmask, other=0)
+        wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
+        wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0, eviction_policy=POLICY)
+        x0 = (xw << 16).to(tl.float32, bitcast=True)
+        x1 = (xw & -65536).to(tl.float32, bitcast=True)
+        acc_g = tl.fma((wg << 16).to(tl.float32, bitcast=True), x0,
+                       tl.fma((wg & -65536).to(tl.float32, bitcast=True), x1, acc_g))
+        acc_u = tl.fma((wu << 16).to(tl.float32, bitcast=True), x0,
+                       tl.fma((wu & -65536).to(tl.float32, bitcast=True), x1, acc_u))
+        xw, wg, wu = xw_n, wg_n, wu_n
     pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0)
     u = tl.sum(tl.sum(acc_u, axis=2), axis=0)
@@ -452,7 +407,6 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
     k = x.shape[1]
     split = max(1, cfg.split_k)
     pdl = pdl_mode()
-    stages = decode_stages(cfg.stages)
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
     part, fused, cnt = split_workspace(y, split, grid[0])
     if fmt == "int4":
@@ -472,8 +426,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_fp8_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, n, kw, wps, w.stride(0) // 4, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, ASM=not interpreting(), SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, PDL=pdl, STAGES=stages, num_warps=cfg.num_warps,
-            num_stages=stages, **launch_options(pdl != 0),
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
         )
     elif fmt == "bf16":
         ks = max(1, cfg.block_k // 8)
@@ -482,8 +435,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
         (kernel or _gemv_bf16_kernel)[grid](
             x.view(torch.int32), w.view(torch.int32), y, part, cnt, n, kw, wps, w.stride(0) // 2, n,
             SWIGLU=swiglu, BLOCK_N=cfg.block_n, KS=ks, WK=4, SPLIT=split, FUSED=fused,
-            POLICY=cfg.weight_policy, PDL=pdl, STAGES=stages, num_warps=cfg.num_warps,
-            num_stages=stages, **launch_options(pdl != 0),
+            POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
         )
     else:
         raise KernelValueError(f"the v2 GEMV serves int4, fp8 and bf16 weights, got {fmt}")

@@ -38,7 +38,6 @@ import triton.language as tl
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear.configs import decode_stages
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
 __all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
@@ -62,8 +61,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # weight words pipelined through shared memory (cp.async) this many loop iterations deep (1: registers only)
-    stages: int = 1
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -307,7 +304,7 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr = 1):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -342,7 +339,7 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
-    for c in tl.range(c_lo, c_hi, 2, num_stages=STAGES):
+    for c in range(c_lo, c_hi, 2):
         j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
         a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
         if j < 8:
@@ -383,12 +380,11 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
     fused = fused and not apart
     pdl = pdl_mode()
-    stages = decode_stages(cfg.stages)
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, STAGES=stages, num_warps=cfg.num_warps, num_stages=stages, **launch_options(pdl != 0),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
