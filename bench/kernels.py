@@ -412,7 +412,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     OUT = args.out
     os.makedirs(OUT, exist_ok=True)
+    # Each case replays one kernel back to back: with programmatic dependent launch (on by default in the
+    # engine) a call would start during its own predecessor's tail, which is not the engine's neighbourhood.
+    # Kernels are timed in isolation unless the caller sets MODELD_PDL (sweep-gemv-pdl times the modes).
+    os.environ.setdefault("MODELD_PDL", "0")
     ENV.update(environment(args.commit))
+    ENV["modeld_env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")}
     print(json.dumps(ENV), flush=True)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261129)

@@ -143,7 +143,8 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     if dry:
         tiles = ((1, 4, 1), (2, 4, 2))
     variants = {f"{b}b w{w} k{k}": dict(blocks=b, num_warps=w, split_k=k) for b, w, k in tiles}
-    variants.update({"pick, no cache policy": dict(weight_policy=""), "pick, gate/up together": dict(gate_up_apart=False)})
+    variants.update({"pick, no cache policy": dict(weight_policy=""), "pick, gate/up together": dict(gate_up_apart=False),
+                     "pick, epilogue early": dict(epilogue_early=True)})
     cands = []
     for name, kw in variants.items():
         cand = lambda c, _kw=kw: dataclasses.replace(c, **_kw)
@@ -180,17 +181,22 @@ def sweep_gemv_pdl(reps, gen, dry=False):
     back to back, so with PDL each call prefetches its first weight tile and launches during the previous
     call's tail: an upper bound on what PDL saves between two GEMVs in the engine."""
     import os
-    for label, n, k, sw in K.LINEAR_SHAPES:
-        for fmt in ("bf16", "fp8", "int4g128"):
-            v = "hmma" if fmt == "int4g128" else "v2"
-            K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
-            for mode in ("1", "late"):
-                os.environ["MODELD_PDL"] = mode
-                try:
+    saved = os.environ.get("MODELD_PDL")
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8", "int4g128"):
+                v = "hmma" if fmt == "int4g128" else "v2"
+                os.environ["MODELD_PDL"] = "0"
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
+                for mode in ("1", "late"):
+                    os.environ["MODELD_PDL"] = mode
                     K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False,
                                    tag=f" [sweep pdl {mode}]")
-                finally:
-                    os.environ.pop("MODELD_PDL", None)
+    finally:
+        if saved is None:
+            os.environ.pop("MODELD_PDL", None)
+        else:
+            os.environ["MODELD_PDL"] = saved
 
 
 def sweep_gemv_ba(reps, gen):
