@@ -8,8 +8,6 @@ and the epilogue are checked here. GPU (`-m gpu`): the PTX (nibble decode, x pai
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -61,43 +59,6 @@ def test_hmma_evict_first_weights_match_reference(gen, device, poisoned_outputs)
     y = torch.empty(1, 37, dtype=torch.bfloat16, device=device)
     got = gh.launch_int4_hmma(x, *ws, y, True, 128, gh.HmmaGemvConfig(1, 4, 2, weight_policy="evict_first"))
     assert_close(got, int4_want(x, ws, True), what="hmma GEMV, weights evict_first")
-
-
-# (N, K, swiglu, apart, split): the epilogue's loads issued before the K loop — both accumulator halves, SwiGLU with
-# gate and up together (one x load for both) and apart, N not a multiple of the tile, uneven splits.
-EARLY_CASES = [(37, 1408, True, False, 1), (37, 640, True, True, 2), (48, 1280, False, False, 3), (20, 2304, False, False, 1)]
-
-
-@pytest.mark.parametrize("n,k,swiglu,apart,split", EARLY_CASES,
-                         ids=[f"N{c[0]}-K{c[1]}{'-swiglu' if c[2] else ''}{'-apart' if c[3] else ''}-s{c[4]}" for c in EARLY_CASES])
-def test_hmma_epilogue_early_matches_reference(n, k, swiglu, apart, split, gen, device, poisoned_outputs):
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    cfg = gh.HmmaGemvConfig(2, 4, split, gate_up_apart=apart, epilogue_early=True)
-    got = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.bfloat16, device=device), swiglu, 128, cfg)
-    assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV, epilogue early, {cfg}")
-
-
-def test_hmma_early_env_overrides_on_every_call(gen, device, poisoned_outputs, monkeypatch):
-    """MODELD_HMMA_EARLY is read per launch (the engine A/B sets it between builds); bad values are refused."""
-    seen = []
-    real = gh._gemv_int4_hmma_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append(kw["EARLY"]) or real[grid](*a, **kw)
-
-    x, ws = int4_problem(37, 640, 128, False, gen, device)
-    for env, cfg_early in (("", True), ("0", True), ("1", False), ("", False)):
-        monkeypatch.setenv(gh.EARLY_ENV, env)
-        y = torch.empty(1, 37, dtype=torch.bfloat16, device=device)
-        got = gh.launch_int4_hmma(x, *ws, y, False, 128, gh.HmmaGemvConfig(2, 4, 1, epilogue_early=cfg_early),
-                                  kernel=Spy())
-        assert_close(got, int4_want(x, ws, False), what=f"hmma GEMV, {gh.EARLY_ENV}={env!r}")
-    assert seen == [True, False, True, False]
-    monkeypatch.setenv(gh.EARLY_ENV, "yes")
-    with pytest.raises(KernelValueError, match=gh.EARLY_ENV):
-        gh.launch_int4_hmma(x, *ws, torch.empty(1, 37, dtype=torch.bfloat16, device=device), False, 128,
-                            gh.HmmaGemvConfig(2, 4, 1))
 
 
 def test_hmma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
@@ -179,30 +140,6 @@ def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
         cfg = gh.HmmaGemvConfig(blocks, nw, split, weight_policy=policy, gate_up_apart=apart)
         assert_close(gh.launch_int4_hmma(x, *ws, y, swiglu, 128, cfg), int4_want(x, ws, swiglu),
                      what=f"hmma GEMV {n}x{k} {cfg}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
-def test_gpu_hmma_epilogue_early_is_bit_identical(n, k, swiglu, gen, device):
-    """Loading the epilogue's scales, mins and x before the K loop moves loads only: the same bits, with PDL off and
-    on (the scales then load before the PDL wait), gate/up together and apart."""
-    import os
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    saved = os.environ.get("MODELD_PDL")
-    try:
-        for pdl in ("0", "1"):
-            os.environ["MODELD_PDL"] = pdl
-            for apart in ((False, True) if swiglu else (False,)):
-                cfg = dataclasses.replace(gh.pick(90, swiglu, n, k, 132, False), gate_up_apart=apart)
-                outs = [gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                            dataclasses.replace(cfg, epilogue_early=e)) for e in (False, True)]
-                assert torch.equal(outs[0], outs[1]), f"PDL {pdl} {cfg}"
-            assert_close(outs[1].bfloat16(), int4_want(x, ws, swiglu), what=f"hmma early {n}x{k}")
-    finally:
-        if saved is None:
-            os.environ.pop("MODELD_PDL", None)
-        else:
-            os.environ["MODELD_PDL"] = saved
 
 
 @pytest.mark.gpu

@@ -29,7 +29,6 @@ PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -38,15 +37,13 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
-from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "EARLY_ENV", "usable", "pick", "epilogue_early", "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
-EARLY_ENV = "MODELD_HMMA_EARLY"
 
 
 @dataclass(frozen=True)
@@ -64,9 +61,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # the epilogue's scales / mins (before the PDL wait) and x chunks loaded ahead of the K loop (volatile, so ptxas
-    # keeps them there) instead of after it: their round trips overlap the loop
-    epilogue_early: bool = False
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -84,15 +78,6 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
                           gate_up_apart=swiglu)
-
-
-def epilogue_early(cfg: HmmaGemvConfig) -> bool:
-    """$MODELD_HMMA_EARLY (0 / 1, read on every call so one process can A/B it) if set, else
-    cfg.epilogue_early. Raises KernelValueError for any other value."""
-    v = os.environ.get(EARLY_ENV, "")
-    if v not in ("", "0", "1"):
-        raise KernelValueError(f"{EARLY_ENV}={v!r}: expected 0 or 1")
-    return cfg.epilogue_early if v == "" else v == "1"
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
@@ -233,25 +218,19 @@ def _chunk(wg, wh, p0, p1, p2, p3, acc, j, ASM: tl.constexpr, NB: tl.constexpr):
 
 
 @triton.jit
-def _x_chunks(xb_ptr, c_lo, c_hi, VOLATILE: tl.constexpr):
-    """[16, 128] bf16: x over the program's chunks c_lo .. c_lo + 15 (0 past c_hi)."""
+def _chunk_xsums(xb_ptr, c_lo, c_hi):
+    """[2, 4, 4] f32: element [h, t, w] = X[c_lo + 8 h + 2 t + (w & 1)], the sum of x over that 128-k chunk
+    (0 past c_hi): the chunk of accumulator column 2t + (w & 1) (h: the low / high accumulator)."""
     cc = c_lo + tl.arange(0, 16)
-    return tl.load(xb_ptr + cc[:, None] * 128 + tl.arange(0, 128)[None, :], mask=(cc < c_hi)[:, None], other=0.0,
-                   volatile=VOLATILE)
-
-
-@triton.jit
-def _chunk_xsums(xt):
-    """[2, 4, 4] f32 from `_x_chunks`: element [h, t, w] = X[c_lo + 8 h + 2 t + (w & 1)], the sum of x over that
-    128-k chunk: the chunk of accumulator column 2t + (w & 1) (h: the low / high accumulator)."""
+    xt = tl.load(xb_ptr + cc[:, None] * 128 + tl.arange(0, 128)[None, :], mask=(cc < c_hi)[:, None], other=0.0)
     xs = tl.reshape(tl.sum(xt.to(tl.float32), axis=1), [2, 4, 2])  # [h, t, l]
     return tl.reshape(tl.permute(tl.join(xs, xs), (0, 1, 3, 2)), [2, 4, 4])  # w = 2 r + l (r: row half, unused)
 
 
 @triton.jit
-def _scale_tiles(s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr, VOLATILE: tl.constexpr):
-    """Scales and mins [4 (t), 8 (g), NB, 4 (w)] (f32) of the 8 chunks c0 + column: element [t, g, b, w] belongs
-    to row n0 + 16 b + 8 (w >> 1) + g, chunk c0 + 2 t + (w & 1) (the accumulator's layout)."""
+def _epilogue_half(acc, xs, s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr):
+    """[8, NB, 2]: sum over the 8 chunks c0 + col of s C + (m - 128 s) X; element [g, b, h] = row
+    n0 + 16 b + 8 h + g. acc[t, g, b, w] = C[row 16 b + 8 (w >> 1) + g][column 2 t + (w & 1)]; xs [4 (t), 4 (w)]."""
     t = tl.arange(0, 4)[:, None, None, None]
     g8 = tl.arange(0, 8)[None, :, None, None]
     b = tl.arange(0, NB)[None, None, :, None]
@@ -260,38 +239,18 @@ def _scale_tiles(s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB:
     c = c0 + 2 * t + (w & 1)
     ok = (row < N) & (c < c_hi)
     offs = row * stride_s + c // CPG
-    s = tl.load(s_ptr + offs, mask=ok, other=0.0, volatile=VOLATILE)
-    m = tl.load(m_ptr + offs, mask=ok, other=0.0, volatile=VOLATILE)
-    return s, m
-
-
-@triton.jit
-def _epilogue_loads(xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr,
-                    VOLATILE: tl.constexpr):
-    """Every load of `_epilogue`: x of the program's chunks, the scales and mins of both accumulator halves.
-    VOLATILE (issued before the K loop): volatile loads keep their place, where ptxas would sink them past the
-    loop to their first use and pay their round trips after it."""
-    xt = _x_chunks(xb_ptr, c_lo, c_hi, VOLATILE)
-    s_lo, m_lo = _scale_tiles(s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, VOLATILE)
-    s_hi, m_hi = _scale_tiles(s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB, VOLATILE)
-    return xt, s_lo, m_lo, s_hi, m_hi
-
-
-@triton.jit
-def _epilogue_half(acc, xs, s, m, NB: tl.constexpr):
-    """[8, NB, 2]: sum over the 8 chunks of s C + (m - 128 s) X; element [g, b, h] = row n0 + 16 b + 8 h + g.
-    acc[t, g, b, w] = C[row 16 b + 8 (w >> 1) + g][column 2 t + (w & 1)]; s, m from `_scale_tiles`;
-    xs [4 (t), 4 (w)]."""
-    s = s.to(tl.float32)
-    m = m.to(tl.float32)
+    s = tl.load(s_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    m = tl.load(m_ptr + offs, mask=ok, other=0.0).to(tl.float32)
     v = tl.sum(s * acc + (m - 128.0 * s) * xs[:, None, None, :], axis=0)  # [8, NB, 4]
     return tl.sum(tl.reshape(v, [8, NB, 2, 2]), axis=3)  # w = 2 h + l, summed over l
 
 
 @triton.jit
-def _epilogue(acc_lo, acc_hi, xt, s_lo, m_lo, s_hi, m_hi, NB: tl.constexpr):
-    xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xt), (1, 2, 0)))  # [4, 4] each
-    return _epilogue_half(acc_lo, xs_lo, s_lo, m_lo, NB) + _epilogue_half(acc_hi, xs_hi, s_hi, m_hi, NB)
+def _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG: tl.constexpr,
+              NB: tl.constexpr):
+    xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xb_ptr, c_lo, c_hi), (1, 2, 0)))  # [4, 4] each
+    return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)
+            + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB))
 
 
 @triton.jit
@@ -345,7 +304,7 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr = False):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -353,12 +312,9 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
     # PDL (0 off, 1 trigger now, 2 after the K loop): let the next kernel launch, then wait for the one that
-    # wrote x (kernels/_pdl.py; the loop loads a pair's words and x together, so nothing else is issued before the
-    # wait). EARLY: the epilogue's scales and mins (constant) are loaded before that wait and its x chunks right
-    # after it, all before the K loop, so their round trips overlap the loop instead of following it.
+    # wrote x (kernels/_pdl.py; the loop loads a pair's words and x together, so nothing is issued before the wait)
     pdl_trigger(PDL == 1)
-    if not EARLY:
-        pdl_wait(PDL != 0)
+    pdl_wait(PDL != 0)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
@@ -379,15 +335,6 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     uacc_lo = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uacc_hi = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uo = up_offset * stride_w
-    so = up_offset * stride_s
-    if EARLY:
-        s_lo, m_lo = _scale_tiles(s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, True)
-        s_hi, m_hi = _scale_tiles(s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB, True)
-        if SWIGLU:
-            us_lo, um_lo = _scale_tiles(s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB, True)
-            us_hi, um_hi = _scale_tiles(s_ptr + so, m_ptr + so, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB, True)
-        pdl_wait(PDL != 0)
-        xt = _x_chunks(xb_ptr, c_lo, c_hi, True)
     # Two chunks per iteration with all their loads issued before either is used: each row's words of the
     # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
@@ -400,17 +347,13 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
         else:
             acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
     pdl_trigger(PDL == 2)
-    if not EARLY:
-        xt, s_lo, m_lo, s_hi, m_hi = _epilogue_loads(xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, False)
-    gv = _epilogue(acc_lo, acc_hi, xt, s_lo, m_lo, s_hi, m_hi, NB)  # [8, NB, 2]
+    gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
     out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
         + 8 * tl.arange(0, 2)[None, None, :]
     omask = out_rows < N
     if SWIGLU:
-        if not EARLY:
-            xt, us_lo, um_lo, us_hi, um_hi = _epilogue_loads(xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi,
-                                                             stride_s, CPG, NB, False)
-        uv = _epilogue(uacc_lo, uacc_hi, xt, us_lo, um_lo, us_hi, um_hi, NB)
+        so = up_offset * stride_s
+        uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB)
     if not SWIGLU:
         uv = gv
     _store_rows(y_ptr, part_ptr, cnt_ptr, out_rows, omask, gv, uv, n0 + tl.arange(0, 16 * NB), NY, SPLIT, SWIGLU, FUSED,
@@ -441,7 +384,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, EARLY=epilogue_early(cfg), num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
