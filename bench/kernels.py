@@ -41,7 +41,7 @@ CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "sweep-gemv-evict", "sweep-gemv-pdl", "gemv-split-finish")
+                "sweep-gemv-evict", "sweep-gemv-pdl", "gemv-split-finish", "gemv-equal-bytes")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -334,7 +334,7 @@ def bench_logits(m, v, d, reps, gen):
 
 # ----------------------------------------------------------------------------- sweeps
 SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
-            "sweep-gemv-pdl", "gemv-split-finish", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+            "sweep-gemv-pdl", "gemv-split-finish", "gemv-equal-bytes", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):

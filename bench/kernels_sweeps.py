@@ -198,6 +198,29 @@ def sweep_gemv_pdl(reps, gen, dry=False):
             os.environ["MODELD_PDL"] = saved
 
 
+def gemv_equal_bytes(reps, gen, dry=False):
+    """What one streaming launch reaches at a quantized GEMV's byte count: each fp8 / int4 g128 default GEMV beside
+    the bf16 v2 GEMV (0.98-1.03 of copy at the big shapes) over the same K and as many rows as make the same weight
+    bytes, interleaved per shape. The small quantized GEMVs read 2-4x fewer bytes in one launch, and a launch's fixed
+    costs (ramp-up, last wave, split-K finish) weigh more at that size: the bf16 row is their same-bytes reference."""
+    from modeld.kernels.linear import configs
+    saved = configs._gemv_default
+    try:
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            rows = 2 * n if sw else n
+            for fmt, bytes_per_weight in (("fp8", 1 + 4 / k), ("int4g128", 0.5 + 4 / 128)):
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
+                n_eq = max(16, round(rows * bytes_per_weight / 2 / 16) * 16)
+                # the bf16 default tile has no split-K at these untuned shapes (~1 program per SM): also split 2 / 4 / 8
+                for split in (1, 2, 4, 8):
+                    configs._gemv_default = lambda *a, _s=split: dataclasses.replace(saved(*a), split_k=_s)
+                    K.bench_linear(1, "bf16", f"{label} [bf16, the bytes of {fmt}, split {split}]", n_eq, k, False,
+                                   reps, gen, baseline=False)
+                configs._gemv_default = saved
+    finally:
+        configs._gemv_default = saved
+
+
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
@@ -275,3 +298,5 @@ def gemv_sections(sections, reps, gen, dry=False):
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:
         gemv_split_finish(reps, gen)
+    if "gemv-equal-bytes" in sections:
+        gemv_equal_bytes(reps, gen, dry=dry)
