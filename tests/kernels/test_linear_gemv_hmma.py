@@ -61,6 +61,23 @@ def test_hmma_evict_first_weights_match_reference(gen, device, poisoned_outputs)
     assert_close(got, int4_want(x, ws, True), what="hmma GEMV, weights evict_first")
 
 
+# (N, K, swiglu, apart, split): the next pair's words prefetched — odd chunk counts (the pair's second chunk
+# re-read with x = 0, and a last prefetch masked off), > 8 chunks (both accumulators), SwiGLU together and apart,
+# N not a multiple of the tile, uneven splits.
+PREFETCH_CASES = [(37, 1408, True, False, 1), (37, 640, True, True, 2), (48, 1280, False, False, 3),
+                  (20, 2304, False, False, 1), (64, 256, False, False, 1), (16, 128, False, False, 1)]
+
+
+@pytest.mark.parametrize("n,k,swiglu,apart,split", PREFETCH_CASES,
+                         ids=[f"N{c[0]}-K{c[1]}{'-swiglu' if c[2] else ''}{'-apart' if c[3] else ''}-s{c[4]}"
+                              for c in PREFETCH_CASES])
+def test_hmma_prefetch_matches_reference(n, k, swiglu, apart, split, gen, device, poisoned_outputs):
+    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
+    cfg = gh.HmmaGemvConfig(2, 4, split, gate_up_apart=apart, prefetch=True)
+    got = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.bfloat16, device=device), swiglu, 128, cfg)
+    assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV, prefetch, {cfg}")
+
+
 def test_hmma_gemv_large_mins_keep_precision(gen, device, poisoned_outputs):
     """|min| >> scale and large |x|: (m - 128 s) X dominates and cancels against s sum((128 + q) x)."""
     x, ws = int4_problem(48, 512, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
@@ -134,10 +151,11 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    for blocks, nw, policy, apart in ((8, 4, "", False), (4, 4, "evict_first", swiglu), (16, 8, "", False),
-                                      (2, 2, "", swiglu)):
+    for blocks, nw, policy, apart, pre in ((8, 4, "", False, False), (4, 4, "evict_first", swiglu, False),
+                                           (16, 8, "", False, False), (2, 2, "", swiglu, False),
+                                           (4, 4, "evict_first", swiglu, True), (4, 4, "", False, True)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-        cfg = gh.HmmaGemvConfig(blocks, nw, split, weight_policy=policy, gate_up_apart=apart)
+        cfg = gh.HmmaGemvConfig(blocks, nw, split, weight_policy=policy, gate_up_apart=apart, prefetch=pre)
         assert_close(gh.launch_int4_hmma(x, *ws, y, swiglu, 128, cfg), int4_want(x, ws, swiglu),
                      what=f"hmma GEMV {n}x{k} {cfg}")
 

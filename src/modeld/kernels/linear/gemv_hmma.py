@@ -61,6 +61,9 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
+    # the next pair's weight words loaded while the current pair computes (+16 registers per thread, or +32 with
+    # gate and up rows together): untimed, for the next sweep
+    prefetch: bool = False
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -276,10 +279,30 @@ def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr,
 
 
 @triton.jit
+def _pair_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, c_hi, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr,
+                POLICY: tl.constexpr):
+    """The words (rows g, g + 8, up rows) of chunks c and c + 1 (chunk c again when c + 1 == c_hi)."""
+    c1 = tl.minimum(c + 1, c_hi - 1)
+    wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
+    wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
+    return wg, wh, ug, uh, wg1, wh1, ug1, uh1
+
+
+@triton.jit
+def _pair_x(x_ptr, xofs, g8, c, j, c_hi, ASM: tl.constexpr):
+    """The x pairs of chunks c and c + 1 (columns j % 8, (j + 1) % 8; zeros for c + 1 == c_hi, so the re-read
+    chunk adds nothing)."""
+    c1 = tl.minimum(c + 1, c_hi - 1)
+    p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == j % 8, ASM), ASM)
+    q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == (j + 1) % 8) & (c + 1 < c_hi), ASM), ASM)
+    return p0, p1, p2, p3, q0, q1, q2, q3
+
+
+@triton.jit
 def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU: tl.constexpr,
                EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr):
-    """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8,
-    (j + 1) % 8). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
+    """The words and x pairs of chunks c < c_hi and c + 1 (as `_pair_words` then `_pair_x`, written out: routed
+    through them, ptxas scheduled the fused-finish launches differently)."""
     c1 = tl.minimum(c + 1, c_hi - 1)
     wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
     wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
@@ -304,7 +327,7 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr):
+                           POLICY: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -339,13 +362,31 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
-    for c in range(c_lo, c_hi, 2):
-        j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
-        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
-        if j < 8:
-            acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
-        else:
-            acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
+    if PREFETCH:  # register double buffer: the next pair's words load while this pair computes
+        wg, wh, ug, uh, wg1, wh1, ug1, uh1 = _pair_words(w_ptr, gofs, hofs, uo, gmask, hmask, c_lo, c_hi, SWIGLU,
+                                                         EVEN_N, POLICY)
+        for c in range(c_lo, c_hi, 2):
+            j = c - c_lo
+            more = c + 2 < c_hi  # past the last pair the next loads are masked off (nothing is read)
+            nwg, nwh, nug, nuh, nwg1, nwh1, nug1, nuh1 = _pair_words(w_ptr, gofs, hofs, uo, gmask & more, hmask & more,
+                                                                     c + 2, c_hi, SWIGLU, False, POLICY)
+            xp = _pair_x(x_ptr, xofs, g8, c, j, c_hi, ASM)
+            if j < 8:
+                acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, wg, wh, ug, uh, wg1, wh1, ug1, uh1, *xp, j, SWIGLU,
+                                                ASM, NB)
+            else:
+                acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, wg, wh, ug, uh, wg1, wh1, ug1, uh1, *xp, j, SWIGLU,
+                                                ASM, NB)
+            wg, wh, ug, uh, wg1, wh1, ug1, uh1 = nwg, nwh, nug, nuh, nwg1, nwh1, nug1, nuh1
+    else:
+        for c in range(c_lo, c_hi, 2):
+            j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
+            a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM,
+                           POLICY)
+            if j < 8:
+                acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
+            else:
+                acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
     pdl_trigger(PDL == 2)
     gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
     out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
@@ -384,7 +425,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        PDL=pdl, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
