@@ -15,7 +15,7 @@ from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStri
 # (T, C, W): decode-ish, shorter than the state, chunk boundaries, non-power-of-2 C
 PREFILL_CPU = [(1, 96, 4), (2, 130, 4), (63, 100, 4), (65, 40, 4), (500, 24, 4), (7, 33, 2), (5, 17, 1)]
 PREFILL_GPU = [(1, 10240, 4), (500, 10240, 4), (8192, 10240, 4), (4097, 333, 4)]
-DECODE_CPU = [(1, 96, 4), (3, 130, 4), (5, 17, 2)]
+DECODE_CPU = [(1, 96, 4), (3, 130, 4), (5, 17, 2), (2, 40, 3), (1, 33, 5), (2, 17, 1)]
 DECODE_GPU = [(1, 10240, 4), (64, 10240, 4), (7, 999, 4)]
 
 

@@ -75,16 +75,18 @@ def _conv_decode_kernel(
     x = tl.load(x_ptr + b * stride_xb + cs, mask=cmask, other=0.0)
     acc = tl.load(w_ptr + cs * W + (W - 1), mask=cmask, other=0.0).to(tl.float32) * x.to(tl.float32)
     sbase = state_ptr + b * (W - 1) * C
-    prev = x  # value that moves into the slot being rewritten
+    rows = ()  # the W - 1 state rows as loaded: the shift stores them back, so nothing is read after a store
     for j in tl.static_range(W - 1):
         s = tl.load(sbase + j * C + cs, mask=cmask, other=0.0)
         acc += tl.load(w_ptr + cs * W + j, mask=cmask, other=0.0).to(tl.float32) * s.to(tl.float32)
-    # shift: row j <- row j+1, newest row <- x (reads above all precede these writes)
+        rows = rows + (s,)
+    # shift: row j <- row j + 1, newest row <- x. Storing the rows loaded above (rather than re-reading row j + 1
+    # after row j's store, which the compiler must assume may alias) saves the kernel's second memory round trip
+    # (offline sm_90 SASS: an LDG after the first STG, and the next STG waiting on it).
     for j in tl.static_range(W - 2):
-        nxt = tl.load(sbase + (j + 1) * C + cs, mask=cmask, other=0.0)
-        tl.store(sbase + j * C + cs, nxt, mask=cmask)
+        tl.store(sbase + j * C + cs, rows[j + 1], mask=cmask)
     if W > 1:
-        tl.store(sbase + (W - 2) * C + cs, prev, mask=cmask)
+        tl.store(sbase + (W - 2) * C + cs, x, mask=cmask)
     act = y_ptr.dtype.element_ty
     tl.store(y_ptr + b * C + cs, _silu_round(acc, act), mask=cmask)
 
