@@ -7,6 +7,8 @@ calls rotating over enough input sets to exceed 3x L2 (so weights stream from HB
 --reps times: p50/p90 are over replays of (graph time / calls). Memory-bound ops report TB/s and
 fraction = (bytes / copy bandwidth) / p50; compute-bound ops report TFLOP/s and fraction = baseline
 p50 / our p50 (cuBLAS on the same shape) or of the 8192^3 cuBLAS rate (attention prefill).
+Kernels are timed in isolation: MODELD_PDL=0 unless the caller sets it (the engine default is 1; a graph of
+one kernel back to back is not its neighbourhood), and every row records the MODELD_* switches in force.
 Writes kernels.json (all rows, written after every row) under --out and prints a table.
 Sections gemv-ab / sweep-gemv-v2: the old (v1) and new (v2, linear/gemv.py) int4/fp8 decode GEMV
 side by side at every 27B shape, and v2 tile candidates. --dry-run runs the GEMV sections on CPU
