@@ -350,9 +350,10 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
     # PDL (0 off, 1 trigger now, 2 after the K loop): let the next kernel launch, then wait for the one that
-    # wrote x (kernels/_pdl.py; the loop loads a pair's words and x together, so nothing is issued before the wait)
-    # EARLY_WORDS (with PDL): the first pair's weight words (constant) load before that wait, as the v2 GEMVs'
-    # first tile does, so their DRAM round trip overlaps the previous kernel's tail
+    # wrote x (kernels/_pdl.py). By default the wait comes first: the loop loads a pair's words and x together.
+    # EARLY_WORDS (opt-in, untimed): the first pair's weight words (constant) load before that wait, as the v2
+    # GEMVs' first tile does, so their DRAM round trip overlaps the previous kernel's tail. PREFETCH (opt-in,
+    # untimed): the next pair's words load while this pair computes (+16 registers).
     pdl_trigger(PDL == 1)
     pdl_wait((PDL != 0) and not EARLY_WORDS)
     pid = tl.program_id(0)
