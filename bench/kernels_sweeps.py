@@ -8,9 +8,41 @@ the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) 
 from __future__ import annotations
 
 import dataclasses
+import os
+from contextlib import contextmanager
 
 import bench.kernels as K
 import bench.kernels_attention as A
+
+
+@contextmanager
+def _env(name: str, value: str):
+    """$name = value inside the block; the caller's value (or its absence) is restored on exit."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@contextmanager
+def _v2_configs(change, tuned: bool = False):
+    """Every v2 GEMV config as change(config) makes it inside the block: the default heuristic
+    (configs._gemv_default) and, with tuned, the configs.GEMV_TUNED entries; both restored on exit."""
+    from modeld.kernels.linear import configs
+    saved_tuned, saved_default = dict(configs.GEMV_TUNED), configs._gemv_default
+    configs._gemv_default = lambda *a: change(saved_default(*a))
+    if tuned:
+        configs.GEMV_TUNED.update({key: change(c) for key, c in saved_tuned.items()})
+    try:
+        yield
+    finally:
+        configs._gemv_default = saved_default
+        configs.GEMV_TUNED.update(saved_tuned)
 
 
 def sweep_gemv(reps, gen):
@@ -87,17 +119,13 @@ def gemv_ab(reps, gen, sweep=False, ab=True):
                      (32, 256, 4, 4), (8, 256, 4, 2)),
              "bf16": ((16, 256, 4, 1), (32, 256, 4, 1), (16, 512, 4, 1), (16, 256, 4, 2), (16, 256, 4, 4),
                       (8, 256, 4, 2), (32, 128, 4, 2))}
-    saved = configs._gemv_default
-    try:
-        for fmt, shapes in cands.items():
-            for bn, bk, nw, split in shapes:
-                cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
-                configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+    for fmt, shapes in cands.items():
+        for bn, bk, nw, split in shapes:
+            cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+            with _v2_configs(lambda c, _c=cand: _c):
                 for label, n, k, sw in K.LINEAR_SHAPES:
                     K.bench_linear(1, fmt, label, n, k, sw, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
-                                 variant="v2", baseline=False)
-    finally:
-        configs._gemv_default = saved
+                                   variant="v2", baseline=False)
 
 
 def _sweep_int4_kernel(mod, variant, cands, tag, reps, gen):
@@ -157,23 +185,12 @@ def sweep_gemv_hmma(reps, gen, dry=False):
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
-    from modeld.kernels.linear import configs
-    saved, default = dict(configs.GEMV_TUNED), configs._gemv_default
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            for fmt in ("bf16", "fp8", "int4g128"):
-                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2")
-                configs.GEMV_TUNED.update({key: dataclasses.replace(c, weight_policy="") for key, c in saved.items()})
-                configs._gemv_default = lambda *a: dataclasses.replace(default(*a), weight_policy="")
-                try:
-                    K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2", baseline=False,
-                                   tag=" [sweep v2 no cache policy]")
-                finally:
-                    configs._gemv_default = default
-                    configs.GEMV_TUNED.update(saved)
-    finally:
-        configs._gemv_default = default
-        configs.GEMV_TUNED.update(saved)
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        for fmt in ("bf16", "fp8", "int4g128"):
+            K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2")
+            with _v2_configs(lambda c: dataclasses.replace(c, weight_policy=""), tuned=True):
+                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant="v2", baseline=False,
+                               tag=" [sweep v2 no cache policy]")
 
 
 def sweep_gemv_pdl(reps, gen, dry=False):
@@ -181,23 +198,15 @@ def sweep_gemv_pdl(reps, gen, dry=False):
     (MODELD_PDL=1: trigger first thing; late: after the K loop; kernels/_pdl.py), interleaved per shape. The timed graph replays the same GEMV
     back to back, so with PDL each call prefetches its first weight tile and launches during the previous
     call's tail: an upper bound on what PDL saves between two GEMVs in the engine."""
-    import os
-    saved = os.environ.get("MODELD_PDL")
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            for fmt in ("bf16", "fp8", "int4g128"):
-                v = "hmma" if fmt == "int4g128" else "v2"
-                os.environ["MODELD_PDL"] = "0"
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        for fmt in ("bf16", "fp8", "int4g128"):
+            v = "hmma" if fmt == "int4g128" else "v2"
+            with _env("MODELD_PDL", "0"):
                 K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v)
-                for mode in ("1", "late"):
-                    os.environ["MODELD_PDL"] = mode
+            for mode in ("1", "late"):
+                with _env("MODELD_PDL", mode):
                     K.bench_linear(1, fmt, label, n, k, sw, reps, gen, variant=v, baseline=False,
                                    tag=f" [sweep pdl {mode}]")
-    finally:
-        if saved is None:
-            os.environ.pop("MODELD_PDL", None)
-        else:
-            os.environ["MODELD_PDL"] = saved
 
 
 def gemv_equal_bytes(reps, gen, dry=False):
@@ -205,22 +214,16 @@ def gemv_equal_bytes(reps, gen, dry=False):
     the bf16 v2 GEMV (0.98-1.03 of copy at the big shapes) over the same K and as many rows as make the same weight
     bytes, interleaved per shape. The small quantized GEMVs read 2-4x fewer bytes in one launch, and a launch's fixed
     costs (ramp-up, last wave, split-K finish) weigh more at that size: the bf16 row is their same-bytes reference."""
-    from modeld.kernels.linear import configs
-    saved = configs._gemv_default
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            rows = 2 * n if sw else n
-            for fmt, bytes_per_weight in (("fp8", 1 + 4 / k), ("int4g128", 0.5 + 4 / 128)):
-                K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
-                n_eq = max(16, round(rows * bytes_per_weight / 2 / 16) * 16)
-                # the bf16 default tile has no split-K at these untuned shapes (~1 program per SM): also split 2 / 4 / 8
-                for split in (1, 2, 4, 8):
-                    configs._gemv_default = lambda *a, _s=split: dataclasses.replace(saved(*a), split_k=_s)
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        rows = 2 * n if sw else n
+        for fmt, bytes_per_weight in (("fp8", 1 + 4 / k), ("int4g128", 0.5 + 4 / 128)):
+            K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
+            n_eq = max(16, round(rows * bytes_per_weight / 2 / 16) * 16)
+            # the bf16 default tile has no split-K at these untuned shapes (~1 program per SM): also split 2 / 4 / 8
+            for split in (1, 2, 4, 8):
+                with _v2_configs(lambda c, _s=split: dataclasses.replace(c, split_k=_s)):
                     K.bench_linear(1, "bf16", f"{label} [bf16, the bytes of {fmt}, split {split}]", n_eq, k, False,
                                    reps, gen, baseline=False)
-                configs._gemv_default = saved
-    finally:
-        configs._gemv_default = saved
 
 
 def sweep_gemv_ba(reps, gen):
@@ -228,15 +231,11 @@ def sweep_gemv_ba(reps, gen):
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
     serves it only through a GEMV_TUNED entry)."""
     from modeld.kernels.linear import configs
-    saved = configs._gemv_default
-    try:
-        for bn, bk, nw, split in ((16, 256, 4, 1), (8, 256, 4, 8), (8, 256, 4, 16), (16, 256, 4, 16), (8, 128, 4, 32)):
-            cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
-            configs._gemv_default = lambda fmt, swiglu, n, k, group, _c=cand: _c
+    for bn, bk, nw, split in ((16, 256, 4, 1), (8, 256, 4, 8), (8, 256, 4, 16), (16, 256, 4, 16), (8, 128, 4, 32)):
+        cand = configs.GemvConfig(bn, bk, nw, split_k=split, source="sweep candidate")
+        with _v2_configs(lambda c, _c=cand: _c):
             K.bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, tag=f" [sweep v2 {bn}x{bk}w{nw}s{split}]",
-                         variant="v2", baseline=False)
-    finally:
-        configs._gemv_default = saved
+                           variant="v2", baseline=False)
     K.bench_linear(1, "bf16", "gdn ba", 96, 5120, False, reps, gen, variant="v1", baseline=True)
 
 
@@ -247,8 +246,6 @@ def gemv_split_finish(reps, gen):
     (rows [finish fused]), interleaved per shape so both see the same clocks; cuBLAS bf16 beside the
     kernel row. MODELD_GEMV_SPLIT_FINISH is set per case and restored. Under --dry-run the tuned
     config is forced onto the tiny CPU shapes (the interpreter's own config has no split)."""
-    import os
-
     from modeld.kernels.linear import configs, gemv, gemv_mma
     from modeld.kernels.linear import triton as lin
     labels = {(17408, 5120, True): "mlp gate+up swiglu", (5120, 17408, False): "mlp down",
@@ -258,7 +255,6 @@ def gemv_split_finish(reps, gen):
              if sm == 90 and cfg.split_k > 1]
     cases += [("int4", sw, n, k, cfg, "mma") for (sm, sw, n, k), cfg in gemv_mma.MMA_TUNED.items()
               if sm == 90 and cfg.split_k > 1]
-    saved_env = os.environ.get(gemv.SPLIT_FINISH_ENV)
     saved_pick, saved_mma_pick = lin.pick_gemv, gemv_mma.pick
     try:
         for fmt, sw, n, k, cfg, variant in cases:
@@ -269,17 +265,13 @@ def gemv_split_finish(reps, gen):
             if variant == "mma":
                 gemv_mma.pick = lambda *a, _c=cfg: _c
             for mode in ("kernel", "fused"):
-                os.environ[gemv.SPLIT_FINISH_ENV] = mode
-                K.bench_linear(1, "int4g128" if fmt == "int4" else fmt, label, n, k, sw, reps, gen,
-                               tag=f" [finish {mode}] [split {cfg.split_k}]", variant=variant,
-                               baseline=mode == "kernel")
+                with _env(gemv.SPLIT_FINISH_ENV, mode):
+                    K.bench_linear(1, "int4g128" if fmt == "int4" else fmt, label, n, k, sw, reps, gen,
+                                   tag=f" [finish {mode}] [split {cfg.split_k}]", variant=variant,
+                                   baseline=mode == "kernel")
             gemv_mma.pick = saved_mma_pick
     finally:
         lin.pick_gemv, gemv_mma.pick = saved_pick, saved_mma_pick
-        if saved_env is None:
-            os.environ.pop(gemv.SPLIT_FINISH_ENV, None)
-        else:
-            os.environ[gemv.SPLIT_FINISH_ENV] = saved_env
 
 
 def gemv_sections(sections, reps, gen, dry=False):
