@@ -171,9 +171,7 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     if dry:
         tiles = ((1, 4, 1), (2, 4, 2))
     variants = {f"{b}b w{w} k{k}": dict(blocks=b, num_warps=w, split_k=k) for b, w, k in tiles}
-    variants.update({"pick, no cache policy": dict(weight_policy=""), "pick, gate/up together": dict(gate_up_apart=False),
-                     "pick, prefetch": dict(prefetch=True), "4b w4 k2, prefetch": dict(split_k=2, prefetch=True),
-                     "pick, early words": dict(early_words=True)})
+    variants.update({"pick, no cache policy": dict(weight_policy=""), "pick, gate/up together": dict(gate_up_apart=False)})
     cands = []
     for name, kw in variants.items():
         cand = lambda c, _kw=kw: dataclasses.replace(c, **_kw)

@@ -2,8 +2,10 @@
 
 Per MODELD_PDL mode (0, 1, late) and launch (27B gate+up and o_proj for int4 v2 / hmma, o_proj for fp8 /
 bf16): registers, spills, PREEXIT (griddepcontrol.launch_dependents) and whether it comes before or after
-the K loop's backward branch, ACQBULK (griddepcontrol.wait), the launch's launch_pdl, and how many LDGs
-come before the wait (v2: the constant first weight tile; hmma: none). KNOWLEDGE/optimizations/decode-pdl.md.
+the K loop's backward branch, ACQBULK (griddepcontrol.wait), the launch's launch_pdl, and the LDGs before the
+wait by kind (v2: the constant first weight tile, LDG.E.EF.128 / LDG.E.U16; hmma: none). A LDG.E.*.CONSTANT
+(ld.global.nc, hmma's x loads) before ACQBULK reads x before its producer finished: ptxas moves .nc loads above
+the wait (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md). KNOWLEDGE/optimizations/decode-pdl.md.
 
     PYTHONPATH=src:. python3 bench/pdl_sass.py            # ~1 min on CPU
 """
@@ -11,6 +13,7 @@ come before the wait (v2: the constant first weight tile; hmma: none). KNOWLEDGE
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import sys
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                 kern, regs, spill = feas._compile_offline(jit, a, kw)
                 ops = ops_of(kern.asm["sass"])
                 acq = [i for i, o in enumerate(ops) if o.startswith("ACQBULK")]
-                before = sum(o.startswith("LDG") for o in ops[:acq[0]]) if acq else "-"
+                kinds = collections.Counter(o for o in ops[:acq[0]] if o.startswith("LDG")) if acq else {}
+                before = (", ".join(f"{c} {o}" for o, c in sorted(kinds.items())) or "0") if acq else "-"
                 pre = [i for i, o in enumerate(ops) if o.startswith("PREEXIT")]
                 loop_end = k_loop_end(kern.asm["sass"])
                 where = ", ".join("before" if i < loop_end else "after" for i in pre) or "-"

@@ -29,7 +29,9 @@ def _x_load(xp, on, ASM: tl.constexpr):
     """xp [4 (t), 8 (g), 1, 4 (w)] int32 pointers to the 16 bytes of x of each word (the bf16 pairs
     (x[8w + 2c], x[8w + 2c + 1]), c = 0..3); on [1, 8, 1, 1]: the lanes that load (elsewhere 0).
     Returns the four pairs X01, X23, X45, X67, each [4, 8, 1, 4] int32. Inline PTX: one 16-byte load
-    per word, so each thread's x stays in the mma fragment layout of its words."""
+    per word, so each thread's x stays in the mma fragment layout of its words. The load is ld.global.nc,
+    which ptxas moves above a preceding griddepcontrol.wait: under PDL nothing but the wait may come before
+    the first `_x_load` (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md)."""
     if ASM:
         return tl.inline_asm_elementwise(
             asm=_XLOAD_ASM, constraints="=r," * 16 + "l,l,l,l,r,r,r,r",

@@ -29,7 +29,6 @@ PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -38,16 +37,14 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
-from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear._hmma_fragments import _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "EARLY_WORDS_ENV", "usable", "pick", "early_words", "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
-EARLY_WORDS_ENV = "MODELD_HMMA_EARLY_WORDS"
 
 
 @dataclass(frozen=True)
@@ -65,11 +62,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # the next pair's weight words loaded while the current pair computes (+16 registers per thread, or +32 with
-    # gate and up rows together): untimed, for the next sweep
-    prefetch: bool = False
-    # with PDL, the first pair's weight words load before griddepcontrol.wait (the v2 GEMVs' prologue): untimed
-    early_words: bool = False
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -87,15 +79,6 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
                           gate_up_apart=swiglu)
-
-
-def early_words(cfg: HmmaGemvConfig) -> bool:
-    """$MODELD_HMMA_EARLY_WORDS (0 / 1, read on every call so one process can A/B it) if set, else
-    cfg.early_words. Raises KernelValueError for any other value."""
-    v = os.environ.get(EARLY_WORDS_ENV, "")
-    if v not in ("", "0", "1"):
-        raise KernelValueError(f"{EARLY_WORDS_ENV}={v!r}: expected 0 or 1")
-    return cfg.early_words if v == "" else v == "1"
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
@@ -167,30 +150,10 @@ def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr,
 
 
 @triton.jit
-def _pair_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, c_hi, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr,
-                POLICY: tl.constexpr):
-    """The words (rows g, g + 8, up rows) of chunks c and c + 1 (chunk c again when c + 1 == c_hi)."""
-    c1 = tl.minimum(c + 1, c_hi - 1)
-    wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
-    wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
-    return wg, wh, ug, uh, wg1, wh1, ug1, uh1
-
-
-@triton.jit
-def _pair_x(x_ptr, xofs, g8, c, j, c_hi, ASM: tl.constexpr):
-    """The x pairs of chunks c and c + 1 (columns j % 8, (j + 1) % 8; zeros for c + 1 == c_hi, so the re-read
-    chunk adds nothing)."""
-    c1 = tl.minimum(c + 1, c_hi - 1)
-    p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == j % 8, ASM), ASM)
-    q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == (j + 1) % 8) & (c + 1 < c_hi), ASM), ASM)
-    return p0, p1, p2, p3, q0, q1, q2, q3
-
-
-@triton.jit
 def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU: tl.constexpr,
                EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr):
-    """The words and x pairs of chunks c < c_hi and c + 1 (as `_pair_words` then `_pair_x`, written out: routed
-    through them, ptxas scheduled the fused-finish launches differently)."""
+    """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8,
+    (j + 1) % 8). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
     c1 = tl.minimum(c + 1, c_hi - 1)
     wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
     wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
@@ -215,8 +178,7 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                           EARLY_WORDS: tl.constexpr = False):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -224,12 +186,11 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)]: with the 16-byte vector in w, Triton's blocked layout gives
     # t then g the lanes (lane = 4 g + t, the mma fragment order) and the warps split b.
     # PDL (0 off, 1 trigger now, 2 after the K loop): let the next kernel launch, then wait for the one that
-    # wrote x (kernels/_pdl.py). By default the wait comes first: the loop loads a pair's words and x together.
-    # EARLY_WORDS (opt-in, untimed): the first pair's weight words (constant) load before that wait, as the v2
-    # GEMVs' first tile does, so their DRAM round trip overlaps the previous kernel's tail. PREFETCH (opt-in,
-    # untimed): the next pair's words load while this pair computes (+16 registers).
+    # wrote x (kernels/_pdl.py). The wait comes first, before any load: the loop loads a pair's words and x
+    # together, and ptxas moves the x loads (ld.global.nc, `_x_load`) above a later wait
+    # (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md).
     pdl_trigger(PDL == 1)
-    pdl_wait((PDL != 0) and not EARLY_WORDS)
+    pdl_wait(PDL != 0)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
@@ -254,40 +215,13 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
-    if PREFETCH:  # register double buffer: the next pair's words load while this pair computes
-        wg, wh, ug, uh, wg1, wh1, ug1, uh1 = _pair_words(w_ptr, gofs, hofs, uo, gmask, hmask, c_lo, c_hi, SWIGLU,
-                                                         EVEN_N, POLICY)
-        pdl_wait((PDL != 0) and EARLY_WORDS)
-        for c in range(c_lo, c_hi, 2):
-            j = c - c_lo
-            more = c + 2 < c_hi  # past the last pair the next loads are masked off (nothing is read)
-            nwg, nwh, nug, nuh, nwg1, nwh1, nug1, nuh1 = _pair_words(w_ptr, gofs, hofs, uo, gmask & more, hmask & more,
-                                                                     c + 2, c_hi, SWIGLU, False, POLICY)
-            xp = _pair_x(x_ptr, xofs, g8, c, j, c_hi, ASM)
-            if j < 8:
-                acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, wg, wh, ug, uh, wg1, wh1, ug1, uh1, *xp, j, SWIGLU,
-                                                ASM, NB)
-            else:
-                acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, wg, wh, ug, uh, wg1, wh1, ug1, uh1, *xp, j, SWIGLU,
-                                                ASM, NB)
-            wg, wh, ug, uh, wg1, wh1, ug1, uh1 = nwg, nwh, nug, nuh, nwg1, nwh1, nug1, nuh1
-    else:
-        c_start = c_lo
-        if EARLY_WORDS:  # the first pair peeled: its words load before the PDL wait (splits are never empty)
-            wg, wh, ug, uh, wg1, wh1, ug1, uh1 = _pair_words(w_ptr, gofs, hofs, uo, gmask, hmask, c_lo, c_hi, SWIGLU,
-                                                             EVEN_N, POLICY)
-            pdl_wait(PDL != 0)
-            xp = _pair_x(x_ptr, xofs, g8, c_lo, 0, c_hi, ASM)
-            acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, wg, wh, ug, uh, wg1, wh1, ug1, uh1, *xp, 0, SWIGLU, ASM, NB)
-            c_start = c_lo + 2
-        for c in range(c_start, c_hi, 2):
-            j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
-            a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM,
-                           POLICY)
-            if j < 8:
-                acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
-            else:
-                acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
+    for c in range(c_lo, c_hi, 2):
+        j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
+        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
+        if j < 8:
+            acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
+        else:
+            acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
     pdl_trigger(PDL == 2)
     gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
     out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
@@ -326,8 +260,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, PREFETCH=cfg.prefetch, EARLY_WORDS=early_words(cfg), num_warps=cfg.num_warps, num_stages=1,
-        **launch_options(pdl != 0),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
