@@ -46,3 +46,53 @@ def test_rung6_flip_rate_dry_run(tmp_path):
         assert m["argmax_agree"] + m["near_tie_disagreements"] + m["other_disagreements"] == m["positions"]
         assert len(m["other_flips"]) == m["other_disagreements"]
     assert S["int4_build_hmma"]["info"]["int4_gemv"] == "hmma" and S["int4_build_v2"]["info"]["int4_gemv"] == "v2"
+
+
+def test_engine_whatif_dry_run(tmp_path):
+    """Every what-if variant builds and times; the stand-ins leave the real kernel modules restored afterwards
+    (the base of round 2 runs after every variant of round 1, and its logits table still has the real ops)."""
+    out = tmp_path / "wi"
+    r = _run([str(BENCH / "engine_whatif.py"), "--out", str(out), "--steps", "2", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "engine_whatif.json").read_text())
+    assert not doc["errors"], doc["errors"]
+    s = doc["stages"]["whatif_int4"]
+    names = ["base", "norms", "gated_norm", "rope", "conv", "ba", "gdn", "attn", "small"]
+    assert list(s["runs"]) == names and all(len(v) == 2 for v in s["runs"].values())
+    assert set(s["saving_us"]) == set(names) - {"base"}
+    assert set(s["host_us"]) == {"sync_round_trip", "decode_inputs", "argmax_item"}
+    for runs in s["runs"].values():
+        for x in runs:
+            assert x["replay_only_s"] > 0 and x["decode_argmax_item_s"] > 0
+    assert s["base_kernel_table"] and all(x["graph_error"] is None for v in s["runs"].values() for x in v)
+
+
+def test_engine_whatif_stand_ins_are_restored_and_keep_the_lm_head():
+    """`_dropped` swaps the kernel functions only inside its block (also when the block raises), and the ba
+    stand-in still runs the real linear for the lm_head's fp32 output."""
+    import importlib.util
+
+    import pytest
+    import torch
+
+    from modeld.execution.bindings import reference_kernels
+
+    spec = importlib.util.spec_from_file_location("engine_whatif", BENCH / "engine_whatif.py")
+    wi = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wi)
+    ks = reference_kernels()
+    real = {n: getattr(m, n) for m, n in ((ks.rmsnorm, "add_rms_norm"), (ks.linear, "linear"), (ks.gdn, "gdn_decode"))}
+    with pytest.raises(RuntimeError):
+        with wi._dropped(ks, {"norms", "ba", "gdn"}):
+            assert ks.rmsnorm.add_rms_norm is not real["add_rms_norm"] and ks.gdn.gdn_decode is not real["gdn_decode"]
+            x, w = torch.randn(2, 8).bfloat16(), torch.randn(5, 8).bfloat16()
+            assert ks.linear.linear(x, w).shape == (2, 5)  # ba: an uninitialised [2, 5], no kernel
+            assert torch.equal(ks.linear.linear(x, w, out_dtype=torch.float32), real["linear"](x, w, torch.float32))
+            raise RuntimeError("leave the block")
+    assert {n: getattr(m, n) for m, n in ((ks.rmsnorm, "add_rms_norm"), (ks.linear, "linear"),
+                                          (ks.gdn, "gdn_decode"))} == real
+
+
+def test_engine_whatif_rejects_unknown_variant(tmp_path):
+    r = _run([str(BENCH / "engine_whatif.py"), "--out", str(tmp_path), "--variants", "norms,bogus", *TINY], 60)
+    assert r.returncode != 0 and "bogus" in r.stderr

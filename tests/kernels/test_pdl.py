@@ -38,6 +38,29 @@ def test_pdl_switch_rejects_unknown_values(monkeypatch):
         _pdl.pdl_mode()
 
 
+@pytest.mark.parametrize("pdl,light,want", [("1", None, 2), ("1", "", 2), ("1", "0", True), ("1", "1", 2),
+                                             ("0", "1", False), ("late", "1", 2)])
+def test_light_switch(pdl, light, want, monkeypatch):
+    """MODELD_PDL_LIGHT=1 (the default) makes the light kernels wait first (constexpr 2, launched with PDL); 0
+    keeps the session-7 True / False constexprs, launched without the attribute."""
+    monkeypatch.setenv(_pdl.PDL_ENV, pdl)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    if light is None:
+        monkeypatch.delenv(_pdl.LIGHT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_pdl.LIGHT_ENV, light)
+    got = _pdl.light_pdl()
+    assert got == want and type(got) is type(want)
+    assert _pdl.light_launch(got) == ({"launch_pdl": True} if want == 2 else {})
+
+
+def test_light_switch_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv(_pdl.LIGHT_ENV, "yes")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(KernelValueError, match="MODELD_PDL_LIGHT"):
+        _pdl.light_pdl()
+
+
 def _chain(x, res, p):
     """One decode-like chain of PDL-aware kernels; returns every intermediate (all must match)."""
     nr = norm.add_rms_norm(x, res, p["n1"], 1e-6, True)
@@ -51,8 +74,9 @@ def _chain(x, res, p):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["1", "late"])
+@pytest.mark.parametrize("mode", ["1", "late", "light"])
 def test_gpu_pdl_chain_bit_identical(mode, gen, device, monkeypatch):
+    """mode "light": MODELD_PDL=1 with MODELD_PDL_LIGHT=1 (the norms and the finish launch wait first)."""
     g = torch.Generator(device=device)
     g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
     rnd = lambda *s: torch.randn(*s, generator=g, device=device)  # noqa: E731
@@ -65,7 +89,8 @@ def test_gpu_pdl_chain_bit_identical(mode, gen, device, monkeypatch):
     inputs = [(rnd(1, d_model).bfloat16(), rnd(1, d_model).bfloat16()) for _ in range(4)]
     outs = {}
     for flag in ("0", mode):
-        monkeypatch.setenv(_pdl.PDL_ENV, flag)
+        monkeypatch.setenv(_pdl.PDL_ENV, "1" if flag == "light" else flag)
+        monkeypatch.setenv(_pdl.LIGHT_ENV, "1" if flag == "light" else "0")
         x, res = (t.clone() for t in inputs[0])
         _chain(x, res, p)                                 # warm-up: compile, reserve counters
         torch.cuda.synchronize()

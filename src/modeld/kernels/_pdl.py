@@ -14,6 +14,13 @@ a CUDA graph keeps what was set when it was captured):
   The wait returns when the previous kernel has completed and its memory is visible; that kernel, if it
   was launched with PDL, itself waited for its predecessor before completing, so every earlier write is
   visible too.
+* "light" kernels are the trigger kernels above. Launched normally, each still waits for its predecessor to
+  finish before its programs even start (a launch latency per kernel, about 400 of them per 27B decode step).
+  With `MODELD_PDL_LIGHT=1` (the default since session 8; read on every launch; needs PDL on) they are launched
+  with `launch_pdl=True` and run `griddepcontrol.wait` FIRST, before they trigger or load anything: their
+  programs become resident while the predecessor runs and start the moment it completes. Triggering after the
+  wait keeps the chain as deep as before (the next kernel still launches only once this one runs).
+  `MODELD_PDL_LIGHT=0` launches them normally (trigger first thing, the session-7 SASS).
 A kernel launched without PDL waits for its predecessor as usual, whatever that one triggered. The CPU
 interpreter runs no inline asm: there PDL is always off.
 """
@@ -29,7 +36,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["PDL_ENV", "PDL_DEFAULT", "pdl_mode", "pdl_on", "launch_options"]
+__all__ = ["PDL_ENV", "PDL_DEFAULT", "LIGHT_ENV", "LIGHT_DEFAULT", "pdl_mode", "pdl_on", "light_pdl", "launch_options"]
 # device helpers: pdl_trigger, pdl_wait
 
 PDL_ENV = "MODELD_PDL"
@@ -55,6 +62,32 @@ def pdl_on() -> bool:
     return pdl_mode() > 0
 
 
+LIGHT_ENV = "MODELD_PDL_LIGHT"
+# On by default since session 8: the same-process engine A/B (certs/engine-ab-pdl-light-qwen3_5-27b-h200.json)
+# measured int4 / fp8 / bf16 decode +1.9 / +2.7 / +0.7 % (best p50 of two builds), logits bit-identical
+# (KNOWLEDGE/optimizations/decode-pdl-light-kernels-wait-first.md).
+LIGHT_DEFAULT = "1"
+LIGHT_WAIT = 2  # the light kernels' PDL constexpr when they wait first (True / False otherwise: with those two
+# values their SASS is byte-identical to session 7's)
+
+
+def light_pdl() -> bool | int:
+    """The PDL constexpr of a light (trigger) kernel: False (PDL off), True (MODELD_PDL_LIGHT=0: trigger first
+    thing) or LIGHT_WAIT (MODELD_PDL_LIGHT=1, the default when unset or empty: wait first, then trigger; launch with
+    `light_launch`). Raises KernelValueError for a MODELD_PDL_LIGHT other than unset, empty, 0 or 1."""
+    v = os.environ.get(LIGHT_ENV) or LIGHT_DEFAULT
+    if v not in ("0", "1"):
+        raise KernelValueError(f"{LIGHT_ENV}={v!r}: expected 0 or 1")
+    if not pdl_on():
+        return False
+    return LIGHT_WAIT if v == "1" else True
+
+
+def light_launch(pdl: bool | int) -> dict:
+    """Launch kwargs of a light kernel compiled with PDL constexpr `pdl` (from `light_pdl`)."""
+    return launch_options(pdl == LIGHT_WAIT)  # True == 1: never equal
+
+
 def launch_options(waits: bool) -> dict:
     """Extra launch kwargs of a kernel that waits (`pdl_wait`) when PDL is on: launch_pdl=True."""
     return {"launch_pdl": True} if waits else {}
@@ -63,6 +96,15 @@ def launch_options(waits: bool) -> dict:
 @triton.jit
 def pdl_trigger(PDL: tl.constexpr):
     """Let the next kernel (if launched with PDL) start its programs; a no-op unless PDL."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def light_prologue(PDL: tl.constexpr):
+    """First thing in a light kernel: with PDL == LIGHT_WAIT wait for the predecessor, then (PDL on) trigger."""
+    if PDL == 2:
+        gdc_wait()
     if PDL:
         gdc_launch_dependents()
 

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels import _arrival
-from modeld.kernels._pdl import pdl_trigger
+from modeld.kernels._pdl import light_prologue
 from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
 
 __all__ = ["DecodeWorkspaceError", "reserve_decode_counters", "decode_counter_buffer"]
@@ -71,7 +71,7 @@ def _decode_fused_kernel(q_ptr, k_ptr, v_ptr, g_ptr, kc_ptr, vc_ptr, lens_ptr, p
                          GQA: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, GROUP: tl.constexpr,
                          HAS_GATE: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr):
-    pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
+    light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
     NG: tl.constexpr = NUM_SPLITS // GROUP  # merge groups; partial slots [NUM_SPLITS splits | NG groups]
     SLOTS: tl.constexpr = NUM_SPLITS + NG
     bk = tl.program_id(0)  # b * Hkv + kv head

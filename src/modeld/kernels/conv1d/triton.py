@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
-from modeld.kernels._pdl import pdl_on, pdl_trigger
+from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.conv1d.reference import check_conv_inputs
 
@@ -68,7 +68,7 @@ def _conv_decode_kernel(
     x_ptr, w_ptr, state_ptr, y_ptr, C, stride_xb,
     W: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr,
 ):
-    pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
+    light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
     b = tl.program_id(0).to(tl.int64)
     cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cs < C
@@ -129,6 +129,7 @@ def causal_conv1d_decode(x: torch.Tensor, weight: torch.Tensor, state: torch.Ten
     if B == 0 or C == 0:
         return y
     block_c = 256
+    pdl = light_pdl()
     _conv_decode_kernel[(B, triton.cdiv(C, block_c))](x, weight, state, y, C, x.stride(0), W=W, BLOCK_C=block_c,
-                                                       PDL=pdl_on())
+                                                       PDL=pdl, **light_launch(pdl))
     return y

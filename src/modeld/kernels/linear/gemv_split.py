@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels import _arrival
-from modeld.kernels._pdl import pdl_on, pdl_trigger
+from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
 from modeld.kernels.errors import KernelValueError
 
 __all__ = ["SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError", "split_finish",
@@ -92,9 +92,9 @@ def finish_split(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, 
     """Launch the second, finishing kernel when the partials of `split_workspace` are not finished in the
     GEMV launch. `finish` overrides the JIT function (launch recorders). MUTATES y."""
     if split > 1 and not fused:
-        n = y.shape[1]
+        n, pdl = y.shape[1], light_pdl()
         (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
-                                                                  PDL=pdl_on(), num_warps=4)
+                                                                  PDL=pdl, **light_launch(pdl), num_warps=4)
 
 
 @triton.jit
@@ -152,7 +152,8 @@ def _store_rows(y_ptr, part_ptr, cnt_ptr, rows, mask, gv, uv, fin_rows, N, SPLIT
 @triton.jit
 def _gemv_finish_kernel(part_ptr, y_ptr, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr, BLOCK: tl.constexpr,
                         PDL: tl.constexpr):
-    # y[n] = sum_s part[s, n] (SWIGLU: silu(that) * sum_s part[s, N + n]); part is fp32 [SPLIT, 2N]. Launched
-    # without PDL (it reads the GEMV's partials), it only lets the next kernel launch early (kernels/_pdl.py).
-    pdl_trigger(PDL)
+    # y[n] = sum_s part[s, n] (SWIGLU: silu(that) * sum_s part[s, N + n]); part is fp32 [SPLIT, 2N]. A light
+    # kernel: it lets the next kernel launch early, after waiting for the GEMV's partials when launched with PDL
+    # (MODELD_PDL_LIGHT=1; kernels/_pdl.py).
+    light_prologue(PDL)
     _finish_rows(part_ptr, y_ptr, tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), N, SPLIT, SWIGLU)

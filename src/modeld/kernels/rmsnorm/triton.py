@@ -12,7 +12,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
 from modeld.kernels._loads_first import loads_first
-from modeld.kernels._pdl import pdl_on, pdl_trigger
+from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
 from modeld.kernels.rmsnorm.reference import NormWithResidual, check_norm_inputs
@@ -29,7 +29,7 @@ def _rmsnorm_kernel(
     BLOCK_D: tl.constexpr, ZERO_CENTRED: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr,
     LOADS_FIRST: tl.constexpr,
 ):
-    pdl_trigger(PDL)  # the next kernel may launch now (kernels/_pdl.py)
+    light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
@@ -67,10 +67,11 @@ def _launch(x, residual, weight, eps, zero_centred):
     res_out = torch.empty_like(x) if residual is not None else out
     if rows > 0:
         block = triton.next_power_of_2(D)
+        pdl = light_pdl()
         _rmsnorm_kernel[(rows,)](
             x, residual if residual is not None else x, weight, out, res_out, D, float(eps),
             BLOCK_D=block, ZERO_CENTRED=bool(zero_centred), HAS_RESIDUAL=residual is not None,
-            PDL=pdl_on(), LOADS_FIRST=loads_first(rows), num_warps=8 if block >= 4096 else 4,
+            PDL=pdl, **light_launch(pdl), LOADS_FIRST=loads_first(rows), num_warps=8 if block >= 4096 else 4,
         )
     return out, res_out
 
