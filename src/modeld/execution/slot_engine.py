@@ -6,8 +6,9 @@ reset (which depend on the model's state: llama's KV cuts exactly, qwen3_5's GDN
 checkpoints). What lives here is identical for every family:
 
 * static decode buffers `_ids`/`_lens`/`_pos` [B] and `logits` [B, V] fp32, so a captured decode
-  replays without allocating inputs, and the capture policy (`options.use_graph`: None = capture
-  on CUDA, eager elsewhere; True = capture or raise GraphCaptureError);
+  replays without allocating inputs (on CUDA filled by asynchronous copies from pinned staging buffers),
+  and the capture policy (`options.use_graph`: None = capture on CUDA, eager elsewhere; True = capture
+  or raise GraphCaptureError);
 * `decode`: one token for every slot through the captured step;
 * slot state bytes: header (magic, version, n, layout digest), the slot's per-position buffers
   [:n], its fixed buffers, its last logits. `load_slot` validates everything before writing.
@@ -49,6 +50,13 @@ class SlotEngine:
         self._ids = torch.zeros(B, dtype=torch.int64, device=dev)
         self._lens = torch.zeros(B, dtype=torch.int32, device=dev)
         self._pos = torch.zeros(B, dtype=torch.int64, device=dev)
+        # Host staging of decode's inputs: pinned on CUDA, so the two copies per step are asynchronous (a copy
+        # from pageable memory first synchronises the stream and stages through a driver buffer); the event
+        # keeps a step from overwriting them before the previous step's copies have read them.
+        pin = dev.type == "cuda"
+        self._ids_host = torch.zeros(B, dtype=torch.int64, pin_memory=pin)
+        self._lens_host = torch.zeros(B, dtype=torch.int32, pin_memory=pin)
+        self._inputs_read = torch.cuda.Event() if pin else None
         self.graph = StepGraph(self._decode_step, dev)
         self.graph_error: str | None = None
         want_graph = options.use_graph if options.use_graph is not None else dev.type == "cuda"
@@ -85,8 +93,15 @@ class SlotEngine:
             raise StateCapacityError(f"decode takes one token per slot ({self.options.slots}), got {len(tokens)}")
         for n in self.lengths:
             self.spec.check_fits(n + 1)
-        self._ids.copy_(torch.tensor(list(tokens), dtype=torch.int64))
-        self._lens.copy_(torch.tensor(self.lengths, dtype=torch.int32))
+        ids = torch.tensor(list(tokens), dtype=torch.int64)
+        if self._inputs_read is not None:
+            self._inputs_read.synchronize()  # the previous step's copies are done with the staging buffers
+        self._ids_host.copy_(ids)
+        self._lens_host.copy_(torch.tensor(self.lengths, dtype=torch.int32))
+        self._ids.copy_(self._ids_host, non_blocking=True)
+        self._lens.copy_(self._lens_host, non_blocking=True)
+        if self._inputs_read is not None:
+            self._inputs_read.record()
         out = self.graph()
         for b in range(self.options.slots):
             self.lengths[b] += 1
