@@ -148,18 +148,39 @@ def test_gpu_hmma_gemv(n, k, swiglu, split, gen, device, poisoned_outputs):
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_hmma_pick_is_bit_identical_with_pdl(n, k, swiglu, gen, device, monkeypatch):
     """The pick gives the same bits with PDL off, on and late (the wait only orders the launch), gate/up together
-    and apart. x is written long before the launch here, so this cannot catch a load of x moved above the wait:
+    and apart, and with x loaded by plain ld.global (MODELD_HMMA_X_LOAD=plain) instead of ld.global.nc. x is written long before the launch here, so this cannot catch a load of x moved above the wait:
     that needs the offline SASS (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md) or a PDL
     chain (tests/kernels/test_pdl.py)."""
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     for apart in ((False, True) if swiglu else (False,)):
         cfg = dataclasses.replace(gh.pick(90, swiglu, n, k, 132, False), gate_up_apart=apart)
         got = {}
-        for pdl in ("0", "1", "late"):
+        for pdl, xl in (("0", "nc"), ("1", "nc"), ("late", "nc"), ("1", "plain")):
             monkeypatch.setenv("MODELD_PDL", pdl)
-            got[pdl] = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                           cfg)
-        assert torch.equal(got["1"], got["0"]) and torch.equal(got["late"], got["0"]), f"{cfg}"
+            monkeypatch.setenv(gh.X_LOAD_ENV, xl)
+            got[pdl, xl] = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu,
+                                               128, cfg)
+        assert all(torch.equal(v, got["0", "nc"]) for v in got.values()), f"{cfg}"
+
+
+@pytest.mark.parametrize("env,interp,want", [(None, "0", True), ("", "0", True), ("nc", "0", True),
+                                             ("plain", "0", 2), ("plain", "1", False), (None, "1", False)])
+def test_x_load_switch(env, interp, want, monkeypatch):
+    """MODELD_HMMA_X_LOAD picks the kernel's ASM constexpr: True (ld.global.nc, the default), X_PLAIN (plain
+    ld.global) or False in the interpreter, which runs no inline asm."""
+    if env is None:
+        monkeypatch.delenv(gh.X_LOAD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(gh.X_LOAD_ENV, env)
+    monkeypatch.setenv("TRITON_INTERPRET", interp)
+    got = gh.asm_mode()
+    assert got == want and type(got) is type(want)
+
+
+def test_x_load_switch_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv(gh.X_LOAD_ENV, "cached")
+    with pytest.raises(KernelValueError, match="MODELD_HMMA_X_LOAD"):
+        gh.asm_mode()
 
 
 @pytest.mark.gpu

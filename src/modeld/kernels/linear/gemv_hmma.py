@@ -29,6 +29,7 @@ PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -37,14 +38,16 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear._hmma_fragments import _chunk, _x_load, _x_pairs
+from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "usable", "pick", "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "asm_mode", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
+X_LOAD_ENV = "MODELD_HMMA_X_LOAD"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,18 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
                           gate_up_apart=swiglu)
+
+
+def asm_mode() -> bool | int:
+    """The kernel's ASM constexpr: False in the interpreter (no inline asm), True (x loaded with ld.global.nc; the
+    default, MODELD_HMMA_X_LOAD unset / empty / "nc") or X_PLAIN (MODELD_HMMA_X_LOAD=plain: plain ld.global, which
+    ptxas cannot move above griddepcontrol.wait; read per call, untimed). Raises KernelValueError otherwise."""
+    v = os.environ.get(X_LOAD_ENV) or "nc"
+    if v not in ("nc", "plain"):
+        raise KernelValueError(f"{X_LOAD_ENV}={v!r}: expected nc or plain")
+    if interpreting():
+        return False
+    return X_PLAIN if v == "plain" else True
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
@@ -259,7 +274,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
-        EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=not interpreting(), FUSED=fused, POLICY=cfg.weight_policy,
+        EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=asm_mode(), FUSED=fused, POLICY=cfg.weight_policy,
         PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
