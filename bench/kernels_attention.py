@@ -38,9 +38,11 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
 # at B=1 8k and 32k beside the default. Shared memory (offline sm_90): BN 64 / 8 warps / 3 stages is
 # 141 KB (one program per SM, so waves > 1 run as extra waves); BN 32 / 4 w / 3 st and BN 64 / 4 w /
 # 2 st are ~75 KB (three per SM).
-FUSED_DECODE_SWEEP = (  # (BN, warps, stages, waves, group)
+FUSED_DECODE_SWEEP = (  # (BN, warps, stages, waves, group[, fill])
     (64, 8, 3, 1, 32), (64, 8, 2, 2, 8), (32, 4, 3, 2, 8), (32, 4, 3, 4, 16),
     (64, 4, 2, 2, 8), (64, 4, 2, 4, 16), (32, 8, 3, 2, 8), (32, 4, 2, 4, 8),
+    # fill: every SM gets a split program (33 splits at B = 1 instead of 32, merged 3 x 11 or 11 x 3)
+    (64, 8, 3, 1, 8, True), (64, 8, 3, 1, 32, True),
 )
 
 
@@ -68,7 +70,7 @@ def _decode_variant(variant, fused_cfg, dh):
 @K.guarded
 def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=None, fused=None, baseline=True):
     """One decode-attention row: `variant` "split3" | "fused" | None (the module default / env);
-    `fused` = (BN, warps, stages, waves, group) for the fused kernel; baseline = also time torch SDPA."""
+    `fused` = (BN, warps, stages, waves, group[, fill]) for the fused kernel; baseline = also time torch SDPA."""
     from modeld.kernels.attention import configs as acfg
     from modeld.kernels.attention import triton as att
     fused_cfg = acfg.FusedDecodeConfig(*fused, source="sweep") if fused is not None else None
@@ -88,9 +90,9 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
         sm = att._sm_count(torch.device(K.DEV))
         if used == "fused":
             fc = acfg.fused_decode_config(dh, K.DEV == "cpu")
-            splits = att.num_splits(bsz, hkv, s_cap, fc.block_n, sm * fc.waves, 256)
+            splits, group = att.fused_split_plan(bsz, hkv, s_cap, fc.block_n, sm * fc.waves, fc.group, fc.fill)
             config = dict(variant=used, block_n=fc.block_n, num_warps=fc.num_warps, num_stages=fc.num_stages,
-                          waves=fc.waves, group=min(fc.group, splits), splits=splits, launches=1)
+                          waves=fc.waves, group=group, fill=fc.fill, splits=splits, launches=1)
         else:
             dc = acfg.decode_config(dh, K.DEV == "cpu")
             config = dict(dc.__dict__, variant=used, splits=att.num_splits(bsz, hkv, s_cap, dc.block_n, sm), launches=3)
@@ -105,7 +107,9 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
     nbytes = 2 * bsz * (length + 1) * hkv * dh * 2
     tbps = nbytes / (p50 * 1e-3) / 1e12
     cfg_tag = "" if used == "split3" else (" [fused]" if fused is None else
-                                           " [fused BN{} w{} st{} x{} g{}]".format(*fused))
+                                           " [fused BN{} w{} st{} x{} g{}]".format(*fused[:5]))
+    if fused is not None and len(fused) > 5 and fused[5]:
+        cfg_tag = cfg_tag[:-1] + " fill]"
     K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
               tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
               "torch SDPA over the cache + gate" if baseline else None, b50, config)
@@ -113,7 +117,7 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
 
 def decode_section(reps, gen):
     """Decode attention: split3 (three launches) and fused (one launch) A/B at four shapes (8 rows),
-    then the fused sweep at B=1, 8k and 32k (16 rows). SDPA baseline only on the split3 rows."""
+    then the fused sweep at B=1, 8k and 32k (20 rows). SDPA baseline only on the split3 rows."""
     for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
         for variant in ("split3", "fused"):
             bench_attention_decode(bsz, length, 24, 4, 256, reps, gen, variant=variant, baseline=variant == "split3")

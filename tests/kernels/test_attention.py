@@ -134,6 +134,31 @@ def test_fused_decode_merge_shapes(waves, group, gen, device, poisoned_outputs, 
     _check_decode(2, 6, 2, 64, 1030, (1029, 400), True, gen, device)
 
 
+@pytest.mark.parametrize("sms,group", [(6, 2), (6, 8), (7, 3)], ids=["6x-g2", "6x-one-level", "7x-prime-to-6"])
+def test_fused_decode_fill_splits(sms, group, gen, device, poisoned_outputs, monkeypatch):
+    """fill=True: split counts that are not powers of two (6 splits merged 2 x 3 or in one level; 7, a prime
+    above the group size, lowered to 6 = 3 x 2), empty splits included."""
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    cfg = acfg.FusedDecodeConfig(16, 4, 1, 4, group, fill=True)
+    monkeypatch.setattr(acfg, "_INTERPRETER_FUSED", cfg)
+    if device.type == "cuda":
+        monkeypatch.setitem(acfg.DECODE_FUSED, 64, cfg)
+    monkeypatch.setattr(tt, "_sm_count", lambda dev: sms)
+    splits, g = tt.fused_split_plan(2, 2, 1030, 16, sms * 4, group, True)
+    assert splits & (splits - 1) and splits % g == 0  # not a power of two, and the groups divide it
+    _check_decode(2, 6, 2, 64, 1030, (1029, 40), True, gen, device, calls=2)
+
+
+def test_fused_split_plan():
+    """27B on 132 SMs: power-of-two splits leave 4 SMs idle at B = 1; fill uses all 132."""
+    assert tt.fused_split_plan(1, 4, 8256, 64, 132, 8, False) == (32, 8)
+    assert tt.fused_split_plan(1, 4, 8256, 64, 132, 8, True) == (33, 3)  # 33 = 3 x 11 merge groups
+    assert tt.fused_split_plan(3, 4, 8256, 64, 132, 8, True) == (10, 5)  # 11 is prime: one fewer
+    assert tt.fused_split_plan(4, 4, 8256, 64, 132, 8, True) == (8, 8)
+    assert tt.fused_split_plan(1, 4, 100, 64, 132, 8, True) == (2, 2)  # at most one split per block of keys
+    assert tt.fused_split_plan(1, 1, 10**6, 64, 31, 1, True) == (31, 1)  # group 1: every split is a group
+
+
 def test_fused_counters_grow_and_keep_old_buffers(device, monkeypatch):
     """A larger B*Hkv grows the stream's counter buffer; the outgrown one stays alive (a captured
     graph may still address it) and a zeroed spare is left for a later capture."""
@@ -242,6 +267,16 @@ def test_gpu_fused_decode_27b_configs(cfg, s_cap, gen, device, poisoned_outputs,
     monkeypatch.setenv(tt.DECODE_ENV, "fused")
     monkeypatch.setitem(acfg.DECODE_FUSED, 256, cfg)
     _check_decode(2, 24, 4, 256, s_cap, (s_cap - 2, s_cap // 2 + 7), True, gen, device, calls=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [8, 32], ids=["33x-g3", "33x-g11"])
+@pytest.mark.parametrize("s_cap", [8192, 32768])
+def test_gpu_fused_decode_fill(group, s_cap, gen, device, poisoned_outputs, monkeypatch):
+    """fill=True at 27B sizes, B = 1: 33 splits on the H200's 132 SMs (merged 3 x 11 or 11 x 3), twice."""
+    monkeypatch.setenv(tt.DECODE_ENV, "fused")
+    monkeypatch.setitem(acfg.DECODE_FUSED, 256, acfg.FusedDecodeConfig(64, 8, 3, 1, group, fill=True))
+    _check_decode(1, 24, 4, 256, s_cap, (s_cap - 2,), True, gen, device, calls=2)
 
 
 @pytest.mark.gpu

@@ -40,10 +40,12 @@ _INTERPRETER = AttentionConfig(16, 16, 4, 1, source="interpreter: small tiles ex
 class FusedDecodeConfig:
     """Tiles of the fused decode kernel (`attention.triton`, DECODE_VARIANT "fused").
 
-    waves: split programs per SM to aim for (num_splits gets sm_count * waves; the split count still
-    depends only on B, Hkv, the cache CAPACITY and the SM count). group: splits merged by the first
-    merge level (a power of two); group >= splits means one level (the last arriving split program
-    merges all partials of its KV head).
+    waves: split programs per SM to aim for (the split count gets sm_count * waves; it still depends only
+    on B, Hkv, the cache CAPACITY and the SM count). group: splits merged by the first merge level;
+    group >= splits means one level (the last arriving split program merges all partials of its KV head).
+    fill: False = the split count is a power of two (32 at B = 1, Hkv = 4 on 132 SMs: 128 programs, 4 SMs
+    idle); True = as many splits as the SMs allow (33 there), merged in groups that divide it
+    (`attention.triton.fused_split_plan`). Untimed: the bench's sweep has the rows.
     """
 
     block_n: int
@@ -51,6 +53,7 @@ class FusedDecodeConfig:
     num_stages: int
     waves: int = 1
     group: int = 8
+    fill: bool = False
     source: str = "default, unmeasured"
 
 

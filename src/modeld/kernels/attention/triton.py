@@ -240,6 +240,28 @@ def num_splits(batch: int, hkv: int, s_cap: int, block_n: int, sm_count: int, ma
     return max(1, min(splits, max_splits, max_useful))
 
 
+def fused_split_plan(batch: int, hkv: int, s_cap: int, block_n: int, slots: int, max_group: int,
+                     fill: bool) -> tuple[int, int]:
+    """(splits, group) of the fused decode for `slots` programs (SM count x waves); depends on the cache
+    CAPACITY, never on the current length (CUDA-graph safe). group divides splits; group == splits is one
+    merge level.
+
+    fill False: splits = `num_splits` (a power of two, at most 256), group = min(max_group, splits).
+    fill True: splits = slots // (batch * hkv) (at most 256 and one block of keys per split), so every SM
+    gets a program; group = its largest divisor <= max_group. A split count above max_group whose only
+    such divisor is 1 (a prime: one level over all splits) is lowered by one until it has another.
+    """
+    if not fill:
+        splits = num_splits(batch, hkv, s_cap, block_n, slots, 256)
+        return splits, min(max_group, splits)
+    splits = max(1, min(slots // max(1, batch * hkv), 256, triton.cdiv(s_cap, block_n)))
+    while True:
+        group = max(g for g in range(1, min(max_group, splits) + 1) if splits % g == 0)
+        if group > 1 or splits <= max_group or max_group < 2:
+            return splits, group
+        splits -= 1
+
+
 def decode_variant() -> str:
     """The decode variant: $MODELD_ATTN_DECODE if set, else DECODE_VARIANT. Raises KernelValueError."""
     variant = os.environ.get(DECODE_ENV, "") or DECODE_VARIANT
@@ -315,8 +337,8 @@ def _decode_fused(q, k, v, k_cache, v_cache, cache_lens, scale, gate, o) -> None
     bsz, hq, dh = q.shape
     _, s_cap, hkv, _ = k_cache.shape
     cfg = fused_decode_config(dh, interpreting())
-    splits = num_splits(bsz, hkv, s_cap, cfg.block_n, _sm_count(q.device) * cfg.waves, 256)
-    group = min(cfg.group, splits)
+    splits, group = fused_split_plan(bsz, hkv, s_cap, cfg.block_n, _sm_count(q.device) * cfg.waves, cfg.group,
+                                     cfg.fill)
     n_groups = splits // group
     slots = splits + n_groups
     part_o = torch.empty((bsz, hq, slots, dh), dtype=torch.float32, device=q.device)
