@@ -154,6 +154,27 @@ def build_engine(cfg, source, device, capacity: int):
     return Qwen35Engine(cfg, source, device, ks, opts)
 
 
+def hf_engine_state(args, R):
+    """The state of a bench that builds engines from HF's parameters (bench/engine_ab.py,
+    bench/engine_whatif.py): args, device (CPU shims off CUDA), synth shape, qwen3_5 config, capacity 512.
+    Records versions / config / layers / seed in R.doc. HF's model is loaded by cert.hf_load(R, st)."""
+    import types
+
+    import torch
+
+    from modeld.convert.qwen3_5_spec import hf_config, preset
+    from modeld.models.qwen3_5.config import Qwen35Config
+
+    st = types.SimpleNamespace(args=args, dev=torch.device(args.device), shape=preset(args.config, args.layers))
+    if st.dev.type != "cuda":
+        cpu_shims()
+    st.cfg = Qwen35Config.from_hf(hf_config(st.shape))
+    st.capacity = 512
+    R.doc.update({"versions": versions(st.dev), "config": args.config, "layers": st.shape.layers,
+                  "seed": args.seed})
+    return st
+
+
 def engine_from_hf(st, profile: str, seed: int, workers: int):
     """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
     (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with

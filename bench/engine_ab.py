@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,19 +102,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
-    import torch
-
-    from modeld.convert.qwen3_5_spec import hf_config, preset
-    from modeld.models.qwen3_5.config import Qwen35Config
-
     R = C.Run(a, argv, "engine_ab", {"variants": dict(a.variant)})
-    st = types.SimpleNamespace(args=a, dev=torch.device(a.device), shape=preset(a.config, a.layers))
-    if st.dev.type != "cuda":
-        C.cpu_shims()
-    st.cfg = Qwen35Config.from_hf(hf_config(st.shape))
-    st.capacity = 512
+    st = C.hf_engine_state(a, R)
     st.cases = C.random_cases(a.cases, 16, a.tokens, st.shape.bos_id, 20261201)
-    R.doc.update({"versions": C.versions(st.dev), "config": a.config, "layers": st.shape.layers, "seed": a.seed})
     if R.stage("hf_load", cert.hf_load, R, st) is None:
         return 1
     for p in [p for p in a.profiles.split(",") if p]:
