@@ -36,8 +36,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["PDL_ENV", "PDL_DEFAULT", "LIGHT_ENV", "LIGHT_DEFAULT", "pdl_mode", "pdl_on", "light_pdl", "launch_options"]
-# device helpers: pdl_trigger, pdl_wait
+__all__ = ["PDL_ENV", "PDL_DEFAULT", "LIGHT_ENV", "LIGHT_DEFAULT", "pdl_mode", "pdl_on", "light_pdl", "light_launch", "light_kwargs",
+           "launch_options"]
+# device helpers: pdl_trigger, pdl_wait, light_prologue
 
 PDL_ENV = "MODELD_PDL"
 # On by default since session 7: the same-process engine A/B (certs/engine-ab-gemv-stages-qwen3_5-27b-h200.json)
@@ -74,7 +75,7 @@ LIGHT_WAIT = 2  # the light kernels' PDL constexpr when they wait first (True / 
 def light_pdl() -> bool | int:
     """The PDL constexpr of a light (trigger) kernel: False (PDL off), True (MODELD_PDL_LIGHT=0: trigger first
     thing) or LIGHT_WAIT (MODELD_PDL_LIGHT=1, the default when unset or empty: wait first, then trigger; launch with
-    `light_launch`). Raises KernelValueError for a MODELD_PDL_LIGHT other than unset, empty, 0 or 1."""
+    `light_launch` / `light_kwargs`). Raises KernelValueError for a MODELD_PDL_LIGHT other than unset, empty, 0 or 1."""
     v = os.environ.get(LIGHT_ENV) or LIGHT_DEFAULT
     if v not in ("0", "1"):
         raise KernelValueError(f"{LIGHT_ENV}={v!r}: expected 0 or 1")
@@ -86,6 +87,12 @@ def light_pdl() -> bool | int:
 def light_launch(pdl: bool | int) -> dict:
     """Launch kwargs of a light kernel compiled with PDL constexpr `pdl` (from `light_pdl`)."""
     return launch_options(pdl == LIGHT_WAIT)  # True == 1: never equal
+
+
+def light_kwargs() -> dict:
+    """Everything a light kernel's launch takes from the switches: its PDL constexpr and launch options."""
+    pdl = light_pdl()
+    return {"PDL": pdl, **light_launch(pdl)}
 
 
 def launch_options(waits: bool) -> dict:

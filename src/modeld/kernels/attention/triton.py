@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
-from modeld.kernels._pdl import light_launch, light_pdl
+from modeld.kernels._pdl import light_kwargs
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
 from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
@@ -346,11 +346,10 @@ def _decode_fused(q, k, v, k_cache, v_cache, cache_lens, scale, gate, o) -> None
     counters = reserve_decode_counters(q.device, bsz * hkv * (n_groups + 1))
     gqa = hq // hkv
     g = gate if gate is not None else q
-    pdl = light_pdl()
     _decode_fused_kernel[(bsz * hkv, splits)](
         q, k, v, g, k_cache, v_cache, cache_lens, part_o, part_lse, counters, o, scale * _LOG2E, s_cap, hkv, hq,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), g.stride(1),
         o.stride(0), o.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         GQA=gqa, BLOCK_H=max(16, triton.next_power_of_2(gqa)), BLOCK_G=triton.next_power_of_2(gqa), HEAD_DIM=dh,
         BLOCK_N=cfg.block_n, NUM_SPLITS=splits, GROUP=group, HAS_GATE=gate is not None, DOT_F32=interpreting(),
-        PDL=pdl, **light_launch(pdl), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        **light_kwargs(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
-from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
+from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.conv1d.reference import check_conv_inputs
 
@@ -129,7 +129,6 @@ def causal_conv1d_decode(x: torch.Tensor, weight: torch.Tensor, state: torch.Ten
     if B == 0 or C == 0:
         return y
     block_c = 256
-    pdl = light_pdl()
     _conv_decode_kernel[(B, triton.cdiv(C, block_c))](x, weight, state, y, C, x.stride(0), W=W, BLOCK_C=block_c,
-                                                       PDL=pdl, **light_launch(pdl))
+                                                       **light_kwargs())
     return y

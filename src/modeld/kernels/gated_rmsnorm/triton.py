@@ -11,7 +11,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
 from modeld.kernels._loads_first import loads_first
-from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
+from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
 from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs
@@ -59,9 +59,8 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     if n_rows > 0:
         block = triton.next_power_of_2(Dv)
         rows = max(1, min(16, 2048 // block))
-        pdl = light_pdl()
         _gated_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
-            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, PDL=pdl, **light_launch(pdl),
+            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, **light_kwargs(),
             LOADS_FIRST=loads_first(n_rows), num_warps=4,
         )
     return out

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels import _arrival
-from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
+from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels.errors import KernelValueError
 
 __all__ = ["SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError", "split_finish",
@@ -92,9 +92,9 @@ def finish_split(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, 
     """Launch the second, finishing kernel when the partials of `split_workspace` are not finished in the
     GEMV launch. `finish` overrides the JIT function (launch recorders). MUTATES y."""
     if split > 1 and not fused:
-        n, pdl = y.shape[1], light_pdl()
+        n = y.shape[1]
         (finish or _gemv_finish_kernel)[(triton.cdiv(n, 1024),)](part, y, n, SPLIT=split, SWIGLU=swiglu, BLOCK=1024,
-                                                                  PDL=pdl, **light_launch(pdl), num_warps=4)
+                                                                  **light_kwargs(), num_warps=4)
 
 
 @triton.jit

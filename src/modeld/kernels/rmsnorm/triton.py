@@ -12,7 +12,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
 from modeld.kernels._loads_first import loads_first
-from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
+from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
 from modeld.kernels.rmsnorm.reference import NormWithResidual, check_norm_inputs
@@ -67,11 +67,10 @@ def _launch(x, residual, weight, eps, zero_centred):
     res_out = torch.empty_like(x) if residual is not None else out
     if rows > 0:
         block = triton.next_power_of_2(D)
-        pdl = light_pdl()
         _rmsnorm_kernel[(rows,)](
             x, residual if residual is not None else x, weight, out, res_out, D, float(eps),
             BLOCK_D=block, ZERO_CENTRED=bool(zero_centred), HAS_RESIDUAL=residual is not None,
-            PDL=pdl, **light_launch(pdl), LOADS_FIRST=loads_first(rows), num_warps=8 if block >= 4096 else 4,
+            **light_kwargs(), LOADS_FIRST=loads_first(rows), num_warps=8 if block >= 4096 else 4,
         )
     return out, res_out
 

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import check_positive, check_same_device, check_tensor
 from modeld.kernels._loads_first import loads_first
-from modeld.kernels._pdl import light_launch, light_pdl, light_prologue
+from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.rope import reference as _ref
 from modeld.kernels.rope.reference import check_rope_inputs
@@ -84,11 +84,10 @@ def _launch(x, weight, positions, inv_freq, eps, norm):
     block_d = triton.next_power_of_2(Dh)
     block_h = min(triton.next_power_of_2(H), max(1, 2048 // block_d))
     grid = (T, triton.cdiv(H, block_h))
-    pdl = light_pdl()
     _rope_kernel[grid](
         x, weight if weight is not None else x, positions, inv_freq, out,
         H, Dh, x.stride(0), x.stride(1), float(eps),
-        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, PDL=pdl, **light_launch(pdl),
+        R=R, BLOCK_D=block_d, BLOCK_H=block_h, NORM=norm, **light_kwargs(),
         LOADS_FIRST=loads_first(T), num_warps=4,
     )
     return out
