@@ -24,7 +24,7 @@ _XLOAD_ASM = tl.constexpr("{\n.reg .pred p;\n" + "".join(
     _XLOAD_WORD.format(pred=20 + w, ptr=16 + w, o0=w, o1=4 + w, o2=8 + w, o3=12 + w) for w in range(4)) + "}")
 # The same loads without .nc (ASM == X_PLAIN): plain ld.global, which ptxas keeps after griddepcontrol.wait.
 _XLOAD_ASM_PLAIN = tl.constexpr(_XLOAD_ASM.value.replace("ld.global.nc.", "ld.global."))
-X_PLAIN = 2  # the ASM constexpr that selects _XLOAD_ASM_PLAIN (True: the .nc loads, the certified default)
+X_PLAIN = 2  # the ASM constexpr that selects _XLOAD_ASM_PLAIN (the default; True: the .nc loads, MODELD_HMMA_X_LOAD=nc)
 
 
 @triton.jit
@@ -33,9 +33,10 @@ def _x_load(xp, on, ASM: tl.constexpr):
     (x[8w + 2c], x[8w + 2c + 1]), c = 0..3); on [1, 8, 1, 1]: the lanes that load (elsewhere 0).
     Returns the four pairs X01, X23, X45, X67, each [4, 8, 1, 4] int32. Inline PTX: one 16-byte load
     per word, so each thread's x stays in the mma fragment layout of its words. The load is ld.global.nc,
-    which ptxas moves above a preceding griddepcontrol.wait: under PDL nothing but the wait may come before
-    the first `_x_load` (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md). ASM == 2
-    (`X_PLAIN`, MODELD_HMMA_X_LOAD=plain) issues plain ld.global instead."""
+    with ASM == 2 (`X_PLAIN`, the default) is a plain ld.global, which ptxas keeps after griddepcontrol.wait.
+    With ASM True (MODELD_HMMA_X_LOAD=nc) it is ld.global.nc, which ptxas moves above a preceding wait: under PDL
+    nothing but the wait may then come before the first `_x_load`
+    (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md)."""
     if ASM == 2:
         return tl.inline_asm_elementwise(
             asm=_XLOAD_ASM_PLAIN, constraints="=r," * 16 + "l,l,l,l,r,r,r,r",

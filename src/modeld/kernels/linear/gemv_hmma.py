@@ -85,10 +85,12 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
 
 
 def asm_mode() -> bool | int:
-    """The kernel's ASM constexpr: False in the interpreter (no inline asm), True (x loaded with ld.global.nc; the
-    default, MODELD_HMMA_X_LOAD unset / empty / "nc") or X_PLAIN (MODELD_HMMA_X_LOAD=plain: plain ld.global, which
-    ptxas cannot move above griddepcontrol.wait; read per call, untimed). Raises KernelValueError otherwise."""
-    v = os.environ.get(X_LOAD_ENV) or "nc"
+    """The kernel's ASM constexpr: False in the interpreter (no inline asm), X_PLAIN (plain ld.global, which ptxas
+    keeps after griddepcontrol.wait; the default, MODELD_HMMA_X_LOAD unset / empty / "plain") or True
+    (MODELD_HMMA_X_LOAD=nc: ld.global.nc, which ptxas may hoist above the wait; the session 5-8 default). Same
+    instructions and registers; engine int4 0.996x, logits identical (certs/engine-ab-hmma-x-load-qwen3_5-27b-h200.json).
+    Read per call. Raises KernelValueError for any other value."""
+    v = os.environ.get(X_LOAD_ENV) or "plain"
     if v not in ("nc", "plain"):
         raise KernelValueError(f"{X_LOAD_ENV}={v!r}: expected nc or plain")
     if interpreting():
