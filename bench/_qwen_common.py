@@ -69,15 +69,19 @@ def versions(device) -> dict:
 def engine_tf_logits(engine, cases: list[tuple[list[int], list[int]]]):
     """Teacher-forced engine logits per case: prefill the prompt (its last position), then one
     decode step per forced token but the last -> [len(tokens), V] fp32 per case (clones).
-    Uses slot 0 (reset first)."""
+    Uses slot 0 (reset first); an engine with more slots runs the same case in every slot (each decode
+    step then has B identical tokens, so the batched kernels are exercised) and returns slot 0's rows."""
     import torch
 
     out = []
+    slots = engine.options.slots
     for prompt, tokens in cases:
-        engine.reset_slot(0)
-        rows = [engine.prefill(0, prompt).clone()]
+        for s in range(slots):
+            engine.reset_slot(s)
+            first = engine.prefill(s, prompt).clone() if s == 0 else engine.prefill(s, prompt)
+        rows = [first]
         for tok in tokens[:-1]:
-            rows.append(engine.decode([tok])[0].clone())
+            rows.append(engine.decode([tok] * slots)[0].clone())
         out.append(torch.stack(rows))
     return out
 
@@ -143,14 +147,14 @@ def hf_ttft(model, n: int, vocab: int, device, runs: int = 1) -> dict:
             "prefill_tok_per_s": n / min(samples)}
 
 
-def build_engine(cfg, source, device, capacity: int):
-    """Qwen35Engine, one slot, the options of bench/engine_qwen3_5.py; Triton kernels + CUDA graph
-    on CUDA, the reference kernels (eager) elsewhere."""
+def build_engine(cfg, source, device, capacity: int, slots: int = 1):
+    """Qwen35Engine, `slots` slots (one by default), the options of bench/engine_qwen3_5.py; Triton kernels +
+    CUDA graph on CUDA, the reference kernels (eager) elsewhere."""
     from modeld.execution.bindings import reference_kernels, triton_kernels
     from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
 
     ks = triton_kernels() if device.type == "cuda" else reference_kernels()
-    opts = EngineOptions(slots=1, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
+    opts = EngineOptions(slots=slots, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
     return Qwen35Engine(cfg, source, device, ks, opts)
 
 
@@ -175,7 +179,7 @@ def hf_engine_state(args, R):
     return st
 
 
-def engine_from_hf(st, profile: str, seed: int, workers: int):
+def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1):
     """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
     (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with
     `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are dropped after the build."""
@@ -185,7 +189,7 @@ def engine_from_hf(st, profile: str, seed: int, workers: int):
     if profile != "bf16":
         src = QuantizedSource(src, profile)
     t0 = time.perf_counter()
-    eng = build_engine(st.cfg, src, st.dev, st.capacity)
+    eng = build_engine(st.cfg, src, st.dev, st.capacity, slots)
     sync()
     build_s = time.perf_counter() - t0
     if profile != "bf16":

@@ -13,6 +13,9 @@ $OUT/engine_ab.json.
 
     PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/engine_ab.py --out $OUT --profiles int4,bf16 \
         --variant off:MODELD_PDL=0 --variant pdl:MODELD_PDL=1
+    batch 8 (8 slots; int4: the skinny tile against the batched mma.sync GEMV):
+    ... bench/engine_ab.py --out $OUT --profiles int4 --slots 8 --variant skinny:MODELD_GEMV_INT4=v2 \
+        --variant hmma:MODELD_GEMV_INT4=hmma
     dry run (CPU, reference kernels, tiny preset, ~10 s):
     OMP_NUM_THREADS=1 PYTHONPATH=src:. python bench/engine_ab.py --out /tmp/ab --device cpu --config tiny \
         --variant a:MODELD_PDL=0 --variant b:MODELD_PDL=1 --steps 3 --workers 2
@@ -50,6 +53,9 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=128, help="decode steps timed per build (default 128)")
     ap.add_argument("--cases", type=int, default=3, help="seeded teacher-forced cases for the logit check")
     ap.add_argument("--tokens", type=int, default=16, help="forced tokens per case (default 16)")
+    ap.add_argument("--slots", type=int, default=1,
+                    help="engine slots: every decode step runs one token per slot (batched GEMVs at > 1; tok/s counts "
+                    "all slots; the logit check runs each case in every slot and compares slot 0)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="wall budget (recorded)")
     return ap.parse_args(argv)
 
@@ -59,7 +65,7 @@ def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        eng, build_s = C.engine_from_hf(st, profile, st.args.seed, st.args.workers)
+        eng, build_s = C.engine_from_hf(st, profile, st.args.seed, st.args.workers, st.args.slots)
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)] if want_logits else None
         d = C.engine_bench.decode_speed(eng, st.args.steps, 128)
         res = {"build_s": build_s, "graph_captured": eng.graph.captured,

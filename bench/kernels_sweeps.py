@@ -272,6 +272,35 @@ def gemv_split_finish(reps, gen):
         lin.pick_gemv, gemv_mma.pick = saved_pick, saved_mma_pick
 
 
+def sweep_gemv_hmma_batch(reps, gen, dry=False):
+    """int4 g128 at M = 2 / 4 / 8 tokens: the skinny tl.dot tile (the path before linear/gemv_hmma_batch.py, forced
+    by MODELD_GEMV_INT4=v2) with cuBLAS bf16 beside it, then the batched mma.sync GEMV's pick and candidates (row
+    blocks / warps, split halved / doubled, no cache policy), at every 27B shape, interleaved per shape."""
+    from modeld.kernels.linear import gemv_hmma_batch as hb
+    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "no cache policy": dict(weight_policy="")}
+    if dry:
+        cands = {"1b w4": dict(blocks=1)}
+    saved = hb.pick
+    shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
+    try:
+        for m in ((2,) if dry else (2, 4, 8)):
+            for label, n, k, sw in shapes:
+                with _env("MODELD_GEMV_INT4", "v2"):
+                    K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, tag=" [skinny]")
+                K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, baseline=False, tag=" [hmma batch]")
+                pick = saved(90, sw, n, k, 132, dry)
+                variants = dict(cands)
+                variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
+                                 f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
+                for name, kw in variants.items():
+                    hb.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
+                    K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, baseline=False,
+                                   tag=f" [sweep hmma batch {name}]")
+                    hb.pick = saved
+    finally:
+        hb.pick = saved
+
+
 def gemv_sections(sections, reps, gen, dry=False):
     """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
     if "gemv" in sections:
@@ -285,7 +314,8 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl)):
+                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
+                     ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

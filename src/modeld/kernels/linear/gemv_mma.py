@@ -56,7 +56,8 @@ _INT4_POLICIES = ("hmma", "v2", "tuned", "mma")
 
 
 def int4_gemv() -> str:
-    """The int4 M == 1 policy: $MODELD_GEMV_INT4 if set, else INT4_GEMV. Raises KernelValueError."""
+    """The int4 decode policy: $MODELD_GEMV_INT4 if set, else INT4_GEMV ("hmma" also sends 2 <= M <= 8 calls to
+    gemv_hmma_batch). Raises KernelValueError."""
     policy = os.environ.get(INT4_GEMV_ENV) or INT4_GEMV
     if policy not in _INT4_POLICIES:
         raise KernelValueError(f"{INT4_GEMV_ENV}={policy!r}: expected one of {', '.join(_INT4_POLICIES)}")

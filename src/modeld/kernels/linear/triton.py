@@ -10,6 +10,8 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
   Triton 3.6 pipelines only loads feeding tl.dot, so bytes in flight = resident programs x tile.
 * BLOCK_M >= 16: tl.dot tiles (mma.sync for the 16-row skinny decode tile, wgmma for the 128-row
   prefill tile on sm_90), cp.async-pipelined over num_stages.
+int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
+`gemv_hmma`, 2 <= M <= 8 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round).
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
@@ -43,11 +45,13 @@ from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelVal
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
+from modeld.kernels.linear import gemv_hmma_batch as _gemv_hmma_batch
 from modeld.kernels.linear import gemv_mma as _gemv_mma
 from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
+from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 from modeld.kernels.linear.configs import GEMV_TUNED, TileConfig, pick, pick_gemv
@@ -325,6 +329,12 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
+    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
+            and _gemv_hmma_batch.usable(x, w, group)):
+        bcfg = _gemv_hmma_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
+        return _gemv_hmma_batch.launch_int4_hmma_batch(x, w, ws, wm, y, swiglu, group, bcfg,
+                                                       kernel=_gemv_int4_hmma_batch_kernel,
+                                                       finish=_gemv_batch_finish_kernel)
     if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
             and _gemv_hmma.usable(x, w, group)):
         hcfg = _gemv_hmma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
