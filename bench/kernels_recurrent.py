@@ -43,14 +43,18 @@ def environment() -> dict:
                                 capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         driver = "unknown"
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        commit = res.stdout.strip() if res.returncode == 0 else ""
-        if commit and subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                     text=True, timeout=10).stdout.strip():
-            commit += "+dirty"
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    # $MODELD_COMMIT first: the device tool's copy of the tree sits on a stale git HEAD (its `git rev-parse` named an
+    # older commit + "+dirty"; KNOWLEDGE/pitfalls/device-tree-git-head-is-stale.md)
+    commit = os.environ.get("MODELD_COMMIT", "")
+    if not commit:
+        try:
+            res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+            commit = res.stdout.strip() if res.returncode == 0 else ""
+            if commit and subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                         text=True, timeout=10).stdout.strip():
+                commit += "+dirty"
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
     return dict(gpu=props.name, sm=f"{props.major}{props.minor}", l2_bytes=getattr(props, "L2_cache_size", 50 << 20), driver=driver,
                 torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
                 commit=commit or "uncommitted", date=datetime.date.today().isoformat())
