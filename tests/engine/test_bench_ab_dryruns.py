@@ -27,6 +27,21 @@ def test_engine_ab_dry_run(tmp_path):
         assert v["on"]["tok_per_s_p50_best"] == max(x["tok_per_s_p50"] for x in v["on"]["runs"]) > 0
 
 
+def test_engine_ab_dry_run_with_slots(tmp_path):
+    """--slots 2: every decode step carries one token per slot, tok/s counts both, the logit check still runs."""
+    out = tmp_path / "ab"
+    r = _run([str(BENCH / "engine_ab.py"), "--out", str(out), "--variant", "skinny:MODELD_GEMV_INT4=v2",
+              "--variant", "hmma:MODELD_GEMV_INT4=hmma", "--profiles", "int4", "--slots", "2", "--rounds", "1",
+              "--steps", "2", "--tokens", "3", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "engine_ab.json").read_text())
+    assert not doc["errors"], doc["errors"]
+    v = doc["stages"]["ab_int4"]["variants"]
+    assert v["hmma"]["max_abs_logit_diff_vs_baseline"] == 0.0  # reference kernels on CPU: no switch applies
+    run = v["hmma"]["runs"][0]
+    assert abs(run["tok_per_s_p50"] * run["p50_s"] - 2) < 1e-6
+
+
 def test_engine_ab_rejects_bad_variant(tmp_path):
     r = _run([str(BENCH / "engine_ab.py"), "--out", str(tmp_path), "--variant", "nameonly=1", *TINY], 60)
     assert r.returncode != 0 and "--variant" in r.stderr
