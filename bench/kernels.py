@@ -43,7 +43,8 @@ CEIL: dict = {}
 OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "gemv-split-finish", "gemv-equal-bytes")
+                "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch", "gemv-split-finish",
+                "gemv-equal-bytes")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -282,6 +283,8 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         if 2 <= m <= lin._gemv_hmma_batch.MAX_M and fmt in ("int4g128", "int4g256") and lin.GEMV_VARIANT == "v2" \
                 and gemv_mma.int4_gemv() == "hmma":
             cfg = lin._gemv_hmma_batch.pick(90, swiglu, n, k, 132, DEV == "cpu")
+        if 2 <= m <= lin._gemv_hmma_batch.MAX_M and fmt == "fp8" and lin._gemv_fp8_batch.fp8_batch() == "mma":
+            cfg = lin._gemv_fp8_batch.pick(90, swiglu, n, k, 132, DEV == "cpu")
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)
         group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
@@ -339,7 +342,7 @@ def bench_logits(m, v, d, reps, gen):
 
 # ----------------------------------------------------------------------------- sweeps
 SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
-            "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "gemv-split-finish", "gemv-equal-bytes", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+            "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch", "gemv-split-finish", "gemv-equal-bytes", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):

@@ -301,6 +301,34 @@ def sweep_gemv_hmma_batch(reps, gen, dry=False):
         hb.pick = saved
 
 
+def sweep_gemv_fp8_batch(reps, gen, dry=False):
+    """fp8 at M = 2 / 4 / 8 tokens: the skinny tl.dot tile (MODELD_GEMV_FP8_BATCH=tile) with cuBLAS bf16 beside it,
+    then the batched mma.sync GEMV (linear/gemv_fp8_batch.py) with its pick and candidates, at every 27B shape."""
+    from modeld.kernels.linear import gemv_fp8_batch as fb
+    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "16b w4": dict(blocks=16),
+             "no cache policy": dict(weight_policy="")}
+    if dry:
+        cands = {"1b w4": dict(blocks=1)}
+    saved = fb.pick
+    shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
+    try:
+        for m in ((2,) if dry else (2, 4, 8)):
+            for label, n, k, sw in shapes:
+                with _env(fb.FP8_BATCH_ENV, "tile"):
+                    K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, tag=" [skinny]")
+                K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, baseline=False, tag=" [fp8 batch]")
+                pick = saved(90, sw, n, k, 132, dry)
+                variants = dict(cands)
+                variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
+                                 f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
+                for name, kw in variants.items():
+                    fb.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
+                    K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, baseline=False, tag=f" [sweep fp8 batch {name}]")
+                    fb.pick = saved
+    finally:
+        fb.pick = saved
+
+
 def gemv_sections(sections, reps, gen, dry=False):
     """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
     if "gemv" in sections:
@@ -315,7 +343,7 @@ def gemv_sections(sections, reps, gen, dry=False):
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
                      ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
-                     ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch)):
+                     ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

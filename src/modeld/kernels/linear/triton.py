@@ -11,7 +11,8 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 * BLOCK_M >= 16: tl.dot tiles (mma.sync for the 16-row skinny decode tile, wgmma for the 128-row
   prefill tile on sm_90), cp.async-pipelined over num_stages.
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
-`gemv_hmma`, 2 <= M <= 8 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round).
+`gemv_hmma`, 2 <= M <= 8 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
+fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here).
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
@@ -45,12 +46,14 @@ from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelVal
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
+from modeld.kernels.linear import gemv_fp8_batch as _gemv_fp8_batch
 from modeld.kernels.linear import gemv_hmma_batch as _gemv_hmma_batch
 from modeld.kernels.linear import gemv_mma as _gemv_mma
 from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
+from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
@@ -329,6 +332,10 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
+    if config is None and fmt == FMT_FP8 and _gemv_fp8_batch.usable(x, w) and _gemv_fp8_batch.fp8_batch() == "mma":
+        fcfg = _gemv_fp8_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
+        return _gemv_fp8_batch.launch_fp8_batch(x, w, ws, y, swiglu, fcfg, kernel=_gemv_fp8_batch_kernel,
+                                                finish=_gemv_batch_finish_kernel)
     if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
             and _gemv_hmma_batch.usable(x, w, group)):
         bcfg = _gemv_hmma_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
