@@ -44,7 +44,7 @@ OUT = "."
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
                 "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch",
-                "sweep-gemv-batch-loads", "gemv-split-finish", "gemv-equal-bytes")
+                "gemv-split-finish", "gemv-equal-bytes")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -342,7 +342,7 @@ def bench_logits(m, v, d, reps, gen):
 
 # ----------------------------------------------------------------------------- sweeps
 SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
-            "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch", "sweep-gemv-batch-loads", "gemv-split-finish", "gemv-equal-bytes", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+            "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch", "gemv-split-finish", "gemv-equal-bytes", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):

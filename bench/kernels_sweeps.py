@@ -329,33 +329,6 @@ def sweep_gemv_fp8_batch(reps, gen, dry=False):
         fb.pick = saved
 
 
-def sweep_gemv_batch_loads(reps, gen, dry=False):
-    """The batched int4 / fp8 mma.sync GEMVs at M = 8 and 2: the pick beside volatile loads (every loop load issued
-    before the first mma; offline SASS) and, for fp8, four chunks per iteration and the split doubled."""
-    from modeld.kernels.linear import gemv_fp8_batch as fb
-    from modeld.kernels.linear import gemv_hmma_batch as hb
-    shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
-    plans = ((hb, "int4g128", {"volatile": dict(volatile=True)}),
-             (fb, "fp8", {"volatile": dict(volatile=True), "volatile lines 2": dict(volatile=True, lines=2),
-                          "volatile split x2": "split x2"}))
-    for m in ((2,) if dry else (8, 2)):
-        for label, n, k, sw in shapes:
-            for mod, fmt, cands in plans:
-                saved = mod.pick
-                try:
-                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=" [batch pick]")
-                    for name, kw in cands.items():
-                        if kw == "split x2":
-                            mod.pick = lambda *a: dataclasses.replace(saved(*a), volatile=True,
-                                                                      split_k=2 * saved(*a).split_k)
-                        else:
-                            mod.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
-                        K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [batch {name}]")
-                        mod.pick = saved
-                finally:
-                    mod.pick = saved
-
-
 def gemv_sections(sections, reps, gen, dry=False):
     """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
     if "gemv" in sections:
@@ -370,8 +343,7 @@ def gemv_sections(sections, reps, gen, dry=False):
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
                      ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
-                     ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch),
-                     ("sweep-gemv-batch-loads", sweep_gemv_batch_loads)):
+                     ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:
             fn(reps, gen, dry=dry)
     if "gemv-split-finish" in sections:

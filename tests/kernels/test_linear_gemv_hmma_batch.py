@@ -46,15 +46,6 @@ def test_hmma_batch_matches_reference(m, n, k, group, swiglu, blocks, split, gen
     assert_close(got, int4_want(x, ws, swiglu), what=f"hmma batch M={m} N={n} K={k} G={group} split={split}")
 
 
-def test_hmma_batch_volatile_loads_match_reference(gen, device, poisoned_outputs):
-    """volatile=True (every loop load volatile) changes the schedule, not the result."""
-    _, ws = int4_problem(37, 640, 128, True, gen, device)
-    x = tokens(3, 640, gen, device)
-    y = torch.empty(3, 37, dtype=torch.bfloat16, device=device)
-    got = hb.launch_int4_hmma_batch(x, *ws, y, True, 128, hb.HmmaBatchConfig(2, 4, 2, volatile=True))
-    assert_close(got, int4_want(x, ws, True), what="hmma batch, volatile loads")
-
-
 def test_hmma_batch_strided_rows_and_large_mins(gen, device, poisoned_outputs):
     """x rows inside a wider buffer (row stride 2K + 64), |min| >> scale and large |x|: (m - 128 s) X dominates
     and cancels against s sum((128 + q) x) in every chunk."""
@@ -117,8 +108,7 @@ def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypa
     x = tokens(m, k, gen, device)
     want = int4_want(x, ws, swiglu)
     pick = hb.pick(90, swiglu, n, k, 132, False)
-    for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy=""),
-                hb.HmmaBatchConfig(4, 4, 3, volatile=True)):
+    for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy="")):
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         assert_close(hb.launch_int4_hmma_batch(x, *ws, y, swiglu, 128, cfg), want, what=f"hmma batch M={m} {cfg}")
     got = {}

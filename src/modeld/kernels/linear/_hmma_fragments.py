@@ -25,10 +25,6 @@ _XLOAD_ASM = tl.constexpr("{\n.reg .pred p;\n" + "".join(
 # The same loads without .nc (ASM == X_PLAIN): plain ld.global, which ptxas keeps after griddepcontrol.wait.
 _XLOAD_ASM_PLAIN = tl.constexpr(_XLOAD_ASM.value.replace("ld.global.nc.", "ld.global."))
 X_PLAIN = 2  # the ASM constexpr that selects _XLOAD_ASM_PLAIN (the default; True: the .nc loads, MODELD_HMMA_X_LOAD=nc)
-# ASM == X_VOLATILE: ld.volatile.global (the batched kernels' volatile mode: ptxas keeps volatile loads in program
-# order, so a loop iteration's loads are all issued before its first mma; gemv_hmma_batch)
-_XLOAD_ASM_VOLATILE = tl.constexpr(_XLOAD_ASM.value.replace("ld.global.nc.", "ld.volatile.global."))
-X_VOLATILE = 3
 
 
 @triton.jit
@@ -44,10 +40,6 @@ def _x_load(xp, on, ASM: tl.constexpr):
     if ASM == 2:
         return tl.inline_asm_elementwise(
             asm=_XLOAD_ASM_PLAIN, constraints="=r," * 16 + "l,l,l,l,r,r,r,r",
-            args=[xp, on.to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=True, pack=4)
-    elif ASM == 3:
-        return tl.inline_asm_elementwise(
-            asm=_XLOAD_ASM_VOLATILE, constraints="=r," * 16 + "l,l,l,l,r,r,r,r",
             args=[xp, on.to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=True, pack=4)
     elif ASM:
         return tl.inline_asm_elementwise(

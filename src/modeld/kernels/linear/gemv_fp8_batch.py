@@ -32,7 +32,8 @@ import triton.language as tl
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, light_kwargs, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
-from modeld.kernels.linear.gemv_hmma_batch import MAX_M, _gemv_batch_finish_kernel, _words
+from modeld.kernels.linear.gemv_hmma import _chunk_words
+from modeld.kernels.linear.gemv_hmma_batch import MAX_M, _gemv_batch_finish_kernel
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "usable", "pick", "launch_fp8_batch"]
 
@@ -60,8 +61,6 @@ class Fp8BatchConfig:
     split_k: int = 1
     source: str = "default, unmeasured"
     weight_policy: str = "evict_first"  # weights are read once per step
-    lines: int = 1  # 128-byte lines of each row loaded per loop iteration (1: two chunks; 2: four)
-    volatile: bool = False  # volatile loads: ptxas keeps them in program order, all issued before the first mma
 
 
 def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -75,11 +74,19 @@ def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
     return w.data_ptr() % 16 == 0 and (w.stride(0) * w.element_size()) % 16 == 0
 
 
+# (sm, swiglu, N, K) -> split_k at the 27B shapes where the H200 sweep (session 9, M = 2 / 4 / 8, 10 graph replays,
+# certs/kernels-gemv-fp8-batch-s9-h200.json) found a split faster than the rule's: down 38.7 -> 35.7-36.3 us (16),
+# in_proj 34.4 -> 31.4-32.1 (6), attn qkv 31.6 -> 27.7-28.3 (6). gate+up (3) and o_proj (8) keep the rule's split.
+FP8_BATCH_SPLIT = {(90, False, 5120, 17408): 16, (90, False, 16384, 5120): 6, (90, False, 14336, 5120): 6}
+
+
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Fp8BatchConfig:
-    """gemv_hmma_batch's rule: 4 blocks of 16 rows over 4 warps, K split until ~4.5 programs per SM (at least
-    2 chunks per split). Unmeasured at first: `bench/kernels.py --sections sweep-gemv-fp8-batch`."""
+    """4 blocks of 16 rows over 4 warps; the split from FP8_BATCH_SPLIT, else gemv_hmma_batch's rule: K split until
+    ~4.5 programs per SM, at least 2 chunks per split. Sweep: `bench/kernels.py --sections sweep-gemv-fp8-batch`."""
     if interp:
         return Fp8BatchConfig(2, 4, 1, source="interpreter")
+    if (sm, swiglu, n, k) in FP8_BATCH_SPLIT:
+        return Fp8BatchConfig(4, 4, FP8_BATCH_SPLIT[sm, swiglu, n, k], source="H200 sweep 2026-11-30 s9")
     tiles = triton.cdiv(n, 64)
     nc = max(1, k // 64)
     split = 1
@@ -122,21 +129,14 @@ _XLOAD_ASM = tl.constexpr("{\n.reg .pred p;\n" + "".join(f"""
 
 
 @triton.jit
-def _x_load(xp, on, ASM: tl.constexpr, VOLATILE: tl.constexpr):
+def _x_load(xp, on, ASM: tl.constexpr):
     """xp [4, 8, 1, 4] int32 pointers to token g's pair (x0, x1) of each word ((x2, x3) at xp + 1); on: the lanes
     that load (elsewhere 0). Returns B0, B1 [4, 8, 1, 4] int32 (bf16 pairs)."""
     if ASM:
-        if VOLATILE:
-            return tl.inline_asm_elementwise(asm=_XLOAD_VOLATILE_ASM, constraints="=r," * 8 + "l,l,l,l,r,r,r,r",
-                                             args=[xp, on.to(tl.int32)], dtype=(tl.int32,) * 2, is_pure=True,
-                                             pack=4)
         return tl.inline_asm_elementwise(asm=_XLOAD_ASM, constraints="=r," * 8 + "l,l,l,l,r,r,r,r",
                                          args=[xp, on.to(tl.int32)], dtype=(tl.int32,) * 2, is_pure=True, pack=4)
     else:
         return tl.load(xp, mask=on, other=0), tl.load(xp + 1, mask=on, other=0)
-
-
-_XLOAD_VOLATILE_ASM = tl.constexpr(_XLOAD_ASM.value.replace("ld.global.v2.b32", "ld.volatile.global.v2.b32"))
 
 
 @triton.jit
@@ -184,8 +184,7 @@ def _mma(wg, wh, b0, b1, acc, ASM: tl.constexpr, NB: tl.constexpr):
 @triton.jit
 def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w, stride_ym,
                            up_offset, SWIGLU: tl.constexpr, NB: tl.constexpr, SPLIT: tl.constexpr,
-                           EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, LINES: tl.constexpr,
-                           VOLATILE: tl.constexpr, PDL: tl.constexpr):
+                           EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows) of all M tokens over the 64-k chunks
     # [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 4]; ws_ptr: fp32 [rows].
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b). PDL: wait first.
@@ -210,33 +209,17 @@ def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP,
     c_hi = tl.minimum(NC, c_lo + CPP)
     acc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uacc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
-    # Two chunks (each row's 128-byte line) per iteration, or four (LINES == 2: two lines of each row in flight);
-    # every load of the iteration is issued before any mma. Chunks past c_hi re-read the last one with x = 0.
-    for c in range(c_lo, c_hi, 2 * LINES):
+    for c in range(c_lo, c_hi, 2):  # both chunks' loads first; past c_hi the second re-reads c with x = 0
         c1 = tl.minimum(c + 1, c_hi - 1)
-        wg, wh, ug, uh = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY, VOLATILE)
-        wg1, wh1, ug1, uh1 = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY, VOLATILE)
-        if LINES == 2:
-            c2 = tl.minimum(c + 2, c_hi - 1)
-            c3 = tl.minimum(c + 3, c_hi - 1)
-            wg2, wh2, ug2, uh2 = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c2, SWIGLU, EVEN_N, POLICY, VOLATILE)
-            wg3, wh3, ug3, uh3 = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c3, SWIGLU, EVEN_N, POLICY, VOLATILE)
-        b0, b1 = _x_load(x_ptr + 32 * c + xofs, xon, ASM, VOLATILE)
-        q0, q1 = _x_load(x_ptr + 32 * c1 + xofs, xon & (c + 1 < c_hi), ASM, VOLATILE)
-        if LINES == 2:
-            r0, r1 = _x_load(x_ptr + 32 * c2 + xofs, xon & (c + 2 < c_hi), ASM, VOLATILE)
-            s0, s1 = _x_load(x_ptr + 32 * c3 + xofs, xon & (c + 3 < c_hi), ASM, VOLATILE)
+        wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
+        wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
+        b0, b1 = _x_load(x_ptr + 32 * c + xofs, xon, ASM)
+        q0, q1 = _x_load(x_ptr + 32 * c1 + xofs, xon & (c + 1 < c_hi), ASM)
         acc = _mma(wg, wh, b0, b1, acc, ASM, NB)
         acc = _mma(wg1, wh1, q0, q1, acc, ASM, NB)
         if SWIGLU:
             uacc = _mma(ug, uh, b0, b1, uacc, ASM, NB)
             uacc = _mma(ug1, uh1, q0, q1, uacc, ASM, NB)
-        if LINES == 2:
-            acc = _mma(wg2, wh2, r0, r1, acc, ASM, NB)
-            acc = _mma(wg3, wh3, s0, s1, acc, ASM, NB)
-            if SWIGLU:
-                uacc = _mma(ug2, uh2, r0, r1, uacc, ASM, NB)
-                uacc = _mma(ug3, uh3, s0, s1, uacc, ASM, NB)
     pdl_trigger(PDL == 2)
     out_rows = n0 + 16 * b + 8 * (w >> 1) + g8 + 0 * t  # [4, 8, NB, 4]: the accumulator's rows
     tok = 2 * t + (w & 1)  # [4, 1, 1, 4]: its tokens
@@ -264,7 +247,7 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     nc = x.shape[1] // 64
     split = max(1, min(cfg.split_k, nc))
     cpp = triton.cdiv(nc, split)
-    cpp += -cpp % (2 * cfg.lines)  # whole 128-byte lines of a row per iteration
+    cpp += cpp % 2  # even: each pair of chunks is one 128-byte line of a row
     split = triton.cdiv(nc, cpp)
     grid = (triton.cdiv(n, 16 * cfg.blocks), split)
     part = torch.empty((m, split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
@@ -272,7 +255,7 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     (kernel or _gemv_fp8_batch_kernel)[grid](
         x.view(torch.int32), w.view(torch.int32), ws, y, part, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
         y.stride(0), n, SWIGLU=swiglu, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
-        ASM=not interpreting(), POLICY=cfg.weight_policy, LINES=cfg.lines, VOLATILE=cfg.volatile, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
+        ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
         **launch_options(pdl != 0),
     )
     if split > 1:

@@ -71,7 +71,6 @@ class HmmaBatchConfig:
     split_k: int = 1
     source: str = "default, unmeasured"
     weight_policy: str = "evict_first"  # as gemv_hmma: weights are read once per step
-    volatile: bool = False  # every loop load volatile: ptxas keeps them in program order, all before the first mma
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
@@ -183,34 +182,13 @@ mov.f32 $7, m1;
 }""")
 
 
-_SCALES_VOLATILE_ASM = tl.constexpr(_SCALES_ASM.value.replace("ld.global.b16", "ld.volatile.global.b16"))
-
-
 @triton.jit
-def _words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr, EVEN_N: tl.constexpr,
-           POLICY: tl.constexpr, VOLATILE: tl.constexpr):
-    """`gemv_hmma._chunk_words`, or (VOLATILE) the same words as volatile loads. Why volatile: without it ptxas
-    issued only 5-6 of an iteration's 20 loads before its first mma (the rest after the first conversions, each
-    waiting on data: offline SASS), and volatile loads keep their program order (as in the GDN decode)."""
-    if VOLATILE:
-        wg = tl.load(w_ptr + gofs + 16 * c, mask=gmask, other=0, volatile=True)
-        wh = tl.load(w_ptr + hofs + 16 * c, mask=hmask, other=0, volatile=True)
-        ug, uh = wg, wh
-        if SWIGLU:
-            ug = tl.load(w_ptr + gofs + uofs + 16 * c, mask=gmask, other=0, volatile=True)
-            uh = tl.load(w_ptr + hofs + uofs + 16 * c, mask=hmask, other=0, volatile=True)
-        return wg, wh, ug, uh
-    else:
-        return _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
-
-
-@triton.jit
-def _scales(s_ptr, m_ptr, sofs, smask, ASM: tl.constexpr, VOLATILE: tl.constexpr):
+def _scales(s_ptr, m_ptr, sofs, smask, ASM: tl.constexpr):
     """(s, m - 128 s) [4, 8, NB, 4] fp32 of one chunk; sofs / smask: the scale offsets of the accumulator's rows.
     Loaded by inline PTX in the accumulator's own layout: a tl.load got Triton's layout for its pointers, and the
     accumulator went through a convert_layout (shared memory) every chunk (offline TTGIR)."""
     if ASM:
-        s, mm = tl.inline_asm_elementwise(asm=_SCALES_VOLATILE_ASM if VOLATILE else _SCALES_ASM,
+        s, mm = tl.inline_asm_elementwise(asm=_SCALES_ASM,
                                           constraints="=f," * 8 + "l," * 8 + "r,r,r,r",
                                           args=[s_ptr + sofs, m_ptr + sofs, smask.to(tl.int32)],
                                           dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
@@ -224,7 +202,7 @@ def _scales(s_ptr, m_ptr, sofs, smask, ASM: tl.constexpr, VOLATILE: tl.constexpr
 def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w,
                                  stride_s, stride_ym, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr,
                                  NB: tl.constexpr, SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr,
-                                 POLICY: tl.constexpr, VOLATILE: tl.constexpr, PDL: tl.constexpr):
+                                 POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) of all M tokens over the CPP
     # chunks of 128 k [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 8].
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b).
@@ -254,21 +232,21 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
     c_hi = tl.minimum(NC, c_lo + CPP)
     acc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uacc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
-    XASM: tl.constexpr = 3 if (VOLATILE and ASM) else ASM  # the x loads' asm mode (3: _hmma_fragments.X_VOLATILE)
     # Two chunks per iteration, all loads issued before either is used (a row's words of the pair are one
     # 128-byte line; gemv_hmma). When c + 1 == c_hi the second chunk re-reads c with x = 0: it adds 0.
     for c in range(c_lo, c_hi, 2):
         c1 = tl.minimum(c + 1, c_hi - 1)
-        wg, wh, ug, uh = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY, VOLATILE)
-        wg1, wh1, ug1, uh1 = _words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY, VOLATILE)
-        p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, xon, XASM), ASM)
-        q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, xon & (c + 1 < c_hi), XASM), ASM)
-        # every load of the iteration (scales too) before any mma in program order
-        s0, m0 = _scales(s_ptr, m_ptr, sofs + c // CPG, smask, ASM, VOLATILE)
-        s1, m1 = _scales(s_ptr, m_ptr, sofs + c1 // CPG, smask, ASM, VOLATILE)
+        wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
+        wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
+        p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, xon, ASM), ASM)
+        q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, xon & (c + 1 < c_hi), ASM), ASM)
+        # the scales are loaded with the words and x, before any mma in program order (ptxas still moves most
+        # loads below the first mma: KNOWLEDGE/dead-ends/gemv-batch-volatile-loads.md)
+        s0, m0 = _scales(s_ptr, m_ptr, sofs + c // CPG, smask, ASM)
+        s1, m1 = _scales(s_ptr, m_ptr, sofs + c1 // CPG, smask, ASM)
         if SWIGLU:
-            su0, mu0 = _scales(s_ptr + so, m_ptr + so, sofs + c // CPG, smask, ASM, VOLATILE)
-            su1, mu1 = _scales(s_ptr + so, m_ptr + so, sofs + c1 // CPG, smask, ASM, VOLATILE)
+            su0, mu0 = _scales(s_ptr + so, m_ptr + so, sofs + c // CPG, smask, ASM)
+            su1, mu1 = _scales(s_ptr + so, m_ptr + so, sofs + c1 // CPG, smask, ASM)
         xs = _xsum(p0, p1, p2, p3, ASM)
         xs1 = _xsum(q0, q1, q2, q3, ASM)
         acc += s0 * _chunk_tokens(wg, wh, p0, p1, p2, p3, ASM, NB) + m0 * xs
@@ -321,8 +299,7 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
     (kernel or _gemv_int4_hmma_batch_kernel)[grid](
         x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, m, n, nc, cpp, x.stride(0) // 2,
         w.stride(0) // 4, ws.stride(0), y.stride(0), n, SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks,
-        SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0, ASM=asm_mode(), POLICY=cfg.weight_policy,
-        VOLATILE=cfg.volatile, PDL=pdl,
+        SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0, ASM=asm_mode(), POLICY=cfg.weight_policy, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     if split > 1:
