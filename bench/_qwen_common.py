@@ -78,7 +78,9 @@ def engine_tf_logits(engine, cases: list[tuple[list[int], list[int]]]):
     for prompt, tokens in cases:
         for s in range(slots):
             engine.reset_slot(s)
-            first = engine.prefill(s, prompt).clone() if s == 0 else engine.prefill(s, prompt)
+            logits = engine.prefill(s, prompt)  # a view of the engine's logits: clone slot 0's before anything runs
+            if s == 0:
+                first = logits.clone()
         rows = [first]
         for tok in tokens[:-1]:
             rows.append(engine.decode([tok] * slots)[0].clone())

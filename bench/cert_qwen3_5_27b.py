@@ -80,6 +80,10 @@ def parse(argv):
     ap.add_argument("--hf-long-now-s", type=float, default=20.0,
                     help="measure HF's long TTFT inside hf_control when predicted below this (else at the end)")
     ap.add_argument("--hf-long-cap-s", type=float, default=90.0, help="skip HF's long TTFT if predicted above this")
+    ap.add_argument("--batch-slots", type=int, default=8,
+                    help="per profile, also build the engine with this many slots and record its teacher-forced logits "
+                    "(every case in every slot, slot 0 compared) against the one-slot engine and HF, and its decode "
+                    "speed: the batched decode kernels (M = slots); 1 or 0 skips it (default 8; recorded, not gated)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget; optional stages are skipped past it")
     ap.add_argument("--profiles", default="bf16,fp8,int4", help="engine profiles (bf16 first: it sets the gate scale)")
     ap.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler stage")
@@ -213,7 +217,11 @@ def engine_stage(R, st, profile: str):
         res["quality_vs_bf16"] = merge([quality(r, e) for e, r in zip(logits, st.ref)])
         st.quant_logits[profile] = [x.to("cpu") for x in logits]
         st.quant_flip[profile] = flip
-    del eng, logits, flip
+    del eng, flip
+    C.release()
+    if a.batch_slots > 1 and R.elapsed() < a.budget_s * 0.7:
+        res["batch"] = batch_stage(R, st, profile, logits)
+    del logits
     C.release()
     vs = res["vs_hf"]
     tt = " ".join(f"{t['prompt_tokens']}:{t['ttft_s_min'] * 1e3:.0f}ms" for t in res["ttft"])
@@ -223,8 +231,32 @@ def engine_stage(R, st, profile: str):
     res["summary"] = (f"load {load_s:.1f} s, vs HF argmax {vs['argmax_agree']}/{vs['positions']} "
                       f"(+{vs['near_tie_disagreements']} ties, {vs['other_disagreements']} other), "
                       f"max|Δ| top-k {vs['max_abs_topk']:.3f} full {vs['max_abs_full']:.3f}, decode "
-                      f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}")
+                      f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}"
+                      + (f"; {res['batch']['summary']}" if "batch" in res else ""))
     return res
+
+
+def batch_stage(R, st, profile: str, one_slot_logits) -> dict:
+    """The engine with --batch-slots slots: each teacher-forced case runs in every slot, so every decode step is a
+    batched call (M = slots) of the decode kernels; slot 0's logits against the one-slot engine's and HF's, and the
+    decode speed (tok/s counts every slot). Recorded for the batched kernels; the gates stay the one-slot ones."""
+    from modeld.qualify.logit_compare import compare_logits, merge
+
+    a = R.args
+    eng, load_s = C.engine_from_hf(st, profile, a.seed, a.workers, a.batch_slots)
+    logits = C.engine_tf_logits(eng, st.forced)
+    out = {"slots": a.batch_slots, "load_s": load_s, "graph_captured": eng.graph.captured,
+           "vs_one_slot": merge([compare_logits(e, r, a.top_k, a.tie) for e, r in zip(logits, one_slot_logits)]),
+           "vs_hf": merge([compare_logits(e, r, a.top_k, a.tie) for e, r in zip(logits, st.ref)]),
+           "decode": C.engine_bench.decode_speed(eng, a.steps, 128)}
+    del eng, logits
+    C.release()
+    v1, vh = out["vs_one_slot"], out["vs_hf"]
+    out["summary"] = (f"{a.batch_slots} slots: {out['decode']['tok_per_s_p50']:.1f} tok/s; vs one slot max|Δ| "
+                      f"{v1['max_abs_full']:.3f}, argmax {v1['argmax_agree']}/{v1['positions']}; vs HF max|Δ| "
+                      f"{vh['max_abs_full']:.3f}, argmax {vh['argmax_agree']}/{vh['positions']} "
+                      f"(+{vh['near_tie_disagreements']} ties, {vh['other_disagreements']} other)")
+    return out
 
 
 def weights_id_stage(R, st):

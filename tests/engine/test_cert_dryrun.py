@@ -32,6 +32,14 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
     assert not doc["errors"], doc["errors"]
     assert set(STAGES) - ({"weights_id"} if not have_ids else set()) <= set(doc["stages"]), sorted(doc["stages"])
     S = doc["stages"]
+    for p in ("bf16", "fp8", "int4"):  # the batched engine (3 slots): every case in every slot, slot 0 compared
+        b = S[f"engine_{p}"]["batch"]
+        assert b["slots"] == 3 and b["vs_one_slot"]["positions"] == S[f"engine_{p}"]["vs_hf"]["positions"]
+        # reference kernels on CPU: M = 3 and M = 1 differ only in float summation order (bf16 rounding can lift that
+        # to ~0.1 after a few steps; a slot mix-up or a stale row gives ~17, as a first version of this stage did)
+        assert b["vs_one_slot"]["max_abs_full"] < 1.0 and b["vs_one_slot"]["argmax_agree"] >= 0.9 * b["vs_one_slot"]["positions"]
+        assert b["vs_hf"]["positions"] == b["vs_one_slot"]["positions"] and b["decode"]["slots"] == 3
+        assert b["decode"]["tok_per_s_p50"] == pytest.approx(3 / b["decode"]["p50_s"])
     bf16 = S["engine_bf16"]["vs_hf"]
     assert bf16["positions"] > 0 and bf16["pass"] and bf16["max_abs_full"] < 1.0
     for p in ("fp8", "int4"):
@@ -78,7 +86,7 @@ def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
 
 
 DRY = ["--device", "cpu", "--config", "tiny", "--ttft", "16,32", "--hf-probe", "16", "--steps", "2",
-       "--workers", "2", "--flip-cases", "2", "--flip-tokens", "4"]
+       "--workers", "2", "--flip-cases", "2", "--flip-tokens", "4", "--batch-slots", "3"]
 
 
 def _tiny_fixture(model, shape, path: Path, new_tokens: int = 4, k: int = 10) -> None:
