@@ -272,61 +272,47 @@ def gemv_split_finish(reps, gen):
         lin.pick_gemv, gemv_mma.pick = saved_pick, saved_mma_pick
 
 
-def sweep_gemv_hmma_batch(reps, gen, dry=False):
-    """int4 g128 at M = 2 / 4 / 8 tokens: the skinny tl.dot tile (the path before linear/gemv_hmma_batch.py, forced
-    by MODELD_GEMV_INT4=v2) with cuBLAS bf16 beside it, then the batched mma.sync GEMV's pick and candidates (row
-    blocks / warps, split halved / doubled, no cache policy), at every 27B shape, interleaved per shape."""
-    from modeld.kernels.linear import gemv_hmma_batch as hb
-    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "no cache policy": dict(weight_policy="")}
-    if dry:
-        cands = {"1b w4": dict(blocks=1)}
-    saved = hb.pick
+def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
+    """A batched mma.sync GEMV module at M = 2 / 4 / 8 and every 27B shape, interleaved per shape: the skinny tl.dot
+    tile (forced by old_env = (variable, value)) with cuBLAS bf16 beside it, the module's pick, then each candidate
+    (config fields replaced in the pick) and the pick's split halved and doubled."""
+    saved = mod.pick
     shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
     try:
         for m in ((2,) if dry else (2, 4, 8)):
             for label, n, k, sw in shapes:
-                with _env("MODELD_GEMV_INT4", "v2"):
-                    K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, tag=" [skinny]")
-                K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, baseline=False, tag=" [hmma batch]")
+                with _env(*old_env):
+                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, tag=" [skinny]")
+                K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [{name}]")
                 pick = saved(90, sw, n, k, 132, dry)
                 variants = dict(cands)
                 variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
                                  f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
-                for name, kw in variants.items():
-                    hb.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
-                    K.bench_linear(m, "int4g128", label, n, k, sw, reps, gen, baseline=False,
-                                   tag=f" [sweep hmma batch {name}]")
-                    hb.pick = saved
+                for cand, kw in variants.items():
+                    mod.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
+                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [sweep {name} {cand}]")
+                    mod.pick = saved
     finally:
-        hb.pick = saved
+        mod.pick = saved
+
+
+def sweep_gemv_hmma_batch(reps, gen, dry=False):
+    """int4 g128 at M = 2 / 4 / 8: the skinny tile (MODELD_GEMV_INT4=v2) beside the batched mma.sync GEMV
+    (linear/gemv_hmma_batch.py): its pick, 2 blocks over 2 warps, 8 blocks, no cache policy, split / 2 and x 2."""
+    from modeld.kernels.linear import gemv_hmma_batch as hb
+    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "no cache policy": dict(weight_policy="")}
+    _sweep_batch(hb, "int4g128", ("MODELD_GEMV_INT4", "v2"), "hmma batch", {"1b w4": dict(blocks=1)} if dry else cands,
+                 reps, gen, dry)
 
 
 def sweep_gemv_fp8_batch(reps, gen, dry=False):
-    """fp8 at M = 2 / 4 / 8 tokens: the skinny tl.dot tile (MODELD_GEMV_FP8_BATCH=tile) with cuBLAS bf16 beside it,
-    then the batched mma.sync GEMV (linear/gemv_fp8_batch.py) with its pick and candidates, at every 27B shape."""
+    """fp8 at M = 2 / 4 / 8: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV
+    (linear/gemv_fp8_batch.py): its pick, 2 blocks over 2 warps, 8 and 16 blocks, no cache policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_fp8_batch as fb
     cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "16b w4": dict(blocks=16),
              "no cache policy": dict(weight_policy="")}
-    if dry:
-        cands = {"1b w4": dict(blocks=1)}
-    saved = fb.pick
-    shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
-    try:
-        for m in ((2,) if dry else (2, 4, 8)):
-            for label, n, k, sw in shapes:
-                with _env(fb.FP8_BATCH_ENV, "tile"):
-                    K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, tag=" [skinny]")
-                K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, baseline=False, tag=" [fp8 batch]")
-                pick = saved(90, sw, n, k, 132, dry)
-                variants = dict(cands)
-                variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
-                                 f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
-                for name, kw in variants.items():
-                    fb.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
-                    K.bench_linear(m, "fp8", label, n, k, sw, reps, gen, baseline=False, tag=f" [sweep fp8 batch {name}]")
-                    fb.pick = saved
-    finally:
-        fb.pick = saved
+    _sweep_batch(fb, "fp8", (fb.FP8_BATCH_ENV, "tile"), "fp8 batch", {"1b w4": dict(blocks=1)} if dry else cands,
+                 reps, gen, dry)
 
 
 def gemv_sections(sections, reps, gen, dry=False):

@@ -32,8 +32,8 @@ import triton.language as tl
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, light_kwargs, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
-from modeld.kernels.linear.gemv_hmma import _chunk_words
-from modeld.kernels.linear.gemv_hmma_batch import MAX_M, _gemv_batch_finish_kernel
+from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
+from modeld.kernels.linear.gemv_hmma_batch import MAX_M, _gemv_batch_finish_kernel, occupancy_split
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "usable", "pick", "launch_fp8_batch"]
 
@@ -87,12 +87,7 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Fp8
         return Fp8BatchConfig(2, 4, 1, source="interpreter")
     if (sm, swiglu, n, k) in FP8_BATCH_SPLIT:
         return Fp8BatchConfig(4, 4, FP8_BATCH_SPLIT[sm, swiglu, n, k], source="H200 sweep 2026-11-30 s9")
-    tiles = triton.cdiv(n, 64)
-    nc = max(1, k // 64)
-    split = 1
-    while tiles * split < 4.5 * n_sms and split < nc // 2:
-        split += 1
-    return Fp8BatchConfig(4, 4, split, source="gemv_hmma_batch's occupancy rule")
+    return Fp8BatchConfig(4, 4, occupancy_split(n, k // 64, n_sms), source="gemv_hmma_batch's occupancy rule")
 
 
 # One word pair per mma: $0-$3 out; in (pack=4): $4-$7 words of row g, $8-$11 of row g + 8, $12-$15 B0[w] (token g's
@@ -193,15 +188,7 @@ def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP,
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
-    t = tl.arange(0, 4)[:, None, None, None]
-    g8 = tl.arange(0, 8)[None, :, None, None]
-    b = tl.arange(0, NB)[None, None, :, None]
-    w = tl.arange(0, 4)[None, None, None, :]
-    rows = n0 + 16 * b + g8
-    gofs = rows * stride_w + 4 * t + w  # + 16 c: words 4t..4t+3 of chunk c
-    hofs = gofs + 8 * stride_w
-    gmask = rows < N
-    hmask = rows + 8 < N
+    t, g8, b, w, rows, gofs, hofs, gmask, hmask = _row_block(n0, N, stride_w, NB)
     uo = up_offset * stride_w
     xofs = g8 * stride_xm + 8 * t + 2 * w  # [4, 8, 1, 4] + 32 c: token g's pair (x0, x1) of word w of lane t
     xon = g8 < M

@@ -192,6 +192,21 @@ def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3,
 
 
 @triton.jit
+def _row_block(n0, N, stride_w, NB: tl.constexpr):
+    """The index tensors of a program whose NB 16-row blocks start at row n0, dims [4 (t), 8 (g), NB (b), 4 (w)]:
+    t, g8, b, w; rows (row g of each block); the word offsets of rows g and g + 8 (+ 16 c: words 4t..4t+3 of chunk
+    c; a chunk is 16 words of a row) and their row masks. Shared by the hmma GEMV and the two batched GEMVs."""
+    t = tl.arange(0, 4)[:, None, None, None]
+    g8 = tl.arange(0, 8)[None, :, None, None]
+    b = tl.arange(0, NB)[None, None, :, None]
+    w = tl.arange(0, 4)[None, None, None, :]
+    rows = n0 + 16 * b + g8  # [1, 8, NB, 1]: rows g; rows + 8: rows g + 8
+    gofs = rows * stride_w + 4 * t + w
+    hofs = gofs + 8 * stride_w
+    return t, g8, b, w, rows, gofs, hofs, rows < N, rows + 8 < N
+
+
+@triton.jit
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
@@ -211,15 +226,7 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
-    t = tl.arange(0, 4)[:, None, None, None]
-    g8 = tl.arange(0, 8)[None, :, None, None]
-    b = tl.arange(0, NB)[None, None, :, None]
-    w = tl.arange(0, 4)[None, None, None, :]
-    rows = n0 + 16 * b + g8  # [1, 8, NB, 1]: rows g; rows + 8: rows g + 8
-    gofs = rows * stride_w + 4 * t + w  # + 16 c: words 4t..4t+3 of chunk c
-    hofs = gofs + 8 * stride_w
-    gmask = rows < N
-    hmask = rows + 8 < N
+    t, g8, b, w, rows, gofs, hofs, gmask, hmask = _row_block(n0, N, stride_w, NB)
     xofs = 16 * t + 4 * w + 0 * g8  # [4, 8, 1, 4] + 64 c: the x pairs of word w of lane t
     c_lo = pid_k * CPP
     c_hi = tl.minimum(NC, c_lo + CPP)

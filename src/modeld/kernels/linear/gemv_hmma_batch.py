@@ -35,10 +35,10 @@ import triton.language as tl
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, light_kwargs, light_prologue, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
-from modeld.kernels.linear.gemv_hmma import _chunk_words, asm_mode
+from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
 from modeld.kernels.linear.gemv_split import _finish_rows
 
-__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "launch_int4_hmma_batch"]
+__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "occupancy_split", "launch_int4_hmma_batch"]
 
 MAX_M = 8  # tokens per launch: the 8 columns of one mma m16n8k16
 
@@ -91,12 +91,18 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
     policy, half or double the split are 4-50 % slower; KNOWLEDGE/optimizations/gemv-int4-hmma-batch.md)."""
     if interp:
         return HmmaBatchConfig(2, 4, 1, source="interpreter")
+    return HmmaBatchConfig(4, 4, occupancy_split(n, k // 128, n_sms),
+                           source="gemv_hmma's occupancy rule, H200 sweep 2026-11-30 s9")
+
+
+def occupancy_split(n: int, chunks: int, n_sms: int) -> int:
+    """split_k for 64-row programs over `chunks` K chunks: the smallest split giving ~4.5 programs per SM, at most
+    chunks / 2 (two chunks, one 128-byte line of a row, per loop iteration). Shared with gemv_fp8_batch."""
     tiles = triton.cdiv(n, 64)
-    nc = max(1, k // 128)
     split = 1
-    while tiles * split < 4.5 * n_sms and split < nc // 2:
+    while tiles * split < 4.5 * n_sms and split < max(1, chunks) // 2:
         split += 1
-    return HmmaBatchConfig(4, 4, split, source="gemv_hmma's occupancy rule, H200 sweep 2026-11-30 s9")
+    return split
 
 
 @triton.jit
@@ -212,15 +218,7 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0 = pid * 16 * NB
-    t = tl.arange(0, 4)[:, None, None, None]
-    g8 = tl.arange(0, 8)[None, :, None, None]
-    b = tl.arange(0, NB)[None, None, :, None]
-    w = tl.arange(0, 4)[None, None, None, :]
-    rows = n0 + 16 * b + g8  # [1, 8, NB, 1]: rows g; rows + 8: rows g + 8
-    gofs = rows * stride_w + 4 * t + w
-    hofs = gofs + 8 * stride_w
-    gmask = rows < N
-    hmask = rows + 8 < N
+    t, g8, b, w, rows, gofs, hofs, gmask, hmask = _row_block(n0, N, stride_w, NB)
     xofs = g8 * stride_xm + 16 * t + 4 * w  # [4, 8, 1, 4] + 64 c: token g's x pairs of word w of lane t
     xon = g8 < M
     out_rows = n0 + 16 * b + 8 * (w >> 1) + g8 + 0 * t  # [4, 8, NB, 4]: the accumulator's rows
