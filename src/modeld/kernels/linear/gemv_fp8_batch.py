@@ -30,10 +30,10 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, light_kwargs, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
-from modeld.kernels.linear.gemv_hmma_batch import MAX_M, _gemv_batch_finish_kernel, occupancy_split
+from modeld.kernels.linear.gemv_hmma_batch import MAX_M, batch_split, finish_batch, occupancy_split
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "usable", "pick", "launch_fp8_batch"]
 
@@ -232,12 +232,8 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     (launch recorders). split_k > 1 adds fp32 partials and a finish launch."""
     m, n = y.shape
     nc = x.shape[1] // 64
-    split = max(1, min(cfg.split_k, nc))
-    cpp = triton.cdiv(nc, split)
-    cpp += cpp % 2  # even: each pair of chunks is one 128-byte line of a row
-    split = triton.cdiv(nc, cpp)
+    split, cpp, part = batch_split(y, nc, cfg.split_k)
     grid = (triton.cdiv(n, 16 * cfg.blocks), split)
-    part = torch.empty((m, split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
     pdl = pdl_mode()
     (kernel or _gemv_fp8_batch_kernel)[grid](
         x.view(torch.int32), w.view(torch.int32), ws, y, part, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
@@ -245,7 +241,5 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
         ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
         **launch_options(pdl != 0),
     )
-    if split > 1:
-        (finish or _gemv_batch_finish_kernel)[(triton.cdiv(n, 1024), m)](
-            part, y, n, y.stride(0), SPLIT=split, SWIGLU=swiglu, BLOCK=1024, **light_kwargs(), num_warps=4)
+    finish_batch(part, y, split, swiglu, finish)
     return y

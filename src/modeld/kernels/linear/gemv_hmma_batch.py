@@ -38,7 +38,8 @@ from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _bf16_hi, _bf16_lo,
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
 from modeld.kernels.linear.gemv_split import _finish_rows
 
-__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "occupancy_split", "launch_int4_hmma_batch"]
+__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "occupancy_split", "batch_split", "finish_batch",
+           "launch_int4_hmma_batch"]
 
 MAX_M = 8  # tokens per launch: the 8 columns of one mma m16n8k16
 
@@ -278,6 +279,27 @@ def _gemv_batch_finish_kernel(part_ptr, y_ptr, N, stride_ym, SPLIT: tl.constexpr
                  N, SPLIT, SWIGLU)
 
 
+def batch_split(y: torch.Tensor, chunks: int, split_k: int) -> tuple[int, int, torch.Tensor]:
+    """(split, chunks per split, partials) of a batched launch over `chunks` K chunks with about split_k splits:
+    chunks per split rounded up to even (a loop iteration takes a pair: one 128-byte line of a row; G = 256 scales
+    start on an even chunk), partials fp32 [M, split, 2N] (token-major: each token's block is gemv_split's layout),
+    or y itself when split == 1. Shared with gemv_fp8_batch."""
+    m, n = y.shape
+    cpp = triton.cdiv(chunks, max(1, min(split_k, chunks)))
+    cpp += cpp % 2
+    split = triton.cdiv(chunks, cpp)
+    part = torch.empty((m, split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
+    return split, cpp, part
+
+
+def finish_batch(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, finish=None) -> None:
+    """When split > 1, the launch that sums each token's partials into y (SwiGLU applied); MUTATES y."""
+    if split > 1:
+        m, n = y.shape
+        (finish or _gemv_batch_finish_kernel)[(triton.cdiv(n, 1024), m)](
+            part, y, n, y.stride(0), SPLIT=split, SWIGLU=swiglu, BLOCK=1024, **light_kwargs(), num_warps=4)
+
+
 def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaBatchConfig, kernel=None,
                            finish=None) -> torch.Tensor:
     """y [M, N] <- x [M, K] . W^T for packed int4 W (SwiGLU over its 2N rows), 2 <= M <= 8. Mutates y only.
@@ -287,12 +309,8 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
     """
     m, n = y.shape
     nc = x.shape[1] // 128
-    split = max(1, min(cfg.split_k, nc))
-    cpp = triton.cdiv(nc, split)
-    cpp += cpp % 2  # even: every pair of chunks starts on an even chunk (G = 256 scales, one line per pair)
-    split = triton.cdiv(nc, cpp)
+    split, cpp, part = batch_split(y, nc, cfg.split_k)
     grid = (triton.cdiv(n, 16 * cfg.blocks), split)
-    part = torch.empty((m, split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
     pdl = pdl_mode()
     (kernel or _gemv_int4_hmma_batch_kernel)[grid](
         x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, m, n, nc, cpp, x.stride(0) // 2,
@@ -300,7 +318,5 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
         SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0, ASM=asm_mode(), POLICY=cfg.weight_policy, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
-    if split > 1:
-        (finish or _gemv_batch_finish_kernel)[(triton.cdiv(n, 1024), m)](
-            part, y, n, y.stride(0), SPLIT=split, SWIGLU=swiglu, BLOCK=1024, **light_kwargs(), num_warps=4)
+    finish_batch(part, y, split, swiglu, finish)
     return y
