@@ -41,6 +41,7 @@ ROWS: list[dict] = []
 ENV: dict = {}
 CEIL: dict = {}
 OUT = "."
+BATCH_M = [2, 4, 8]  # --batch-m: M of the batched-GEMV sweeps (kernels_sweeps._sweep_batch) and the skinny rows
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
                 "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch",
@@ -405,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (ceilings always run)")
     ap.add_argument("--no-recurrent", action="store_true", help="skip bench/kernels_recurrent.py")
+    ap.add_argument("--batch-m", default="2,4,8",
+                    help="token counts of the batched-GEMV sweeps (default 2,4,8); the skinny section times M 8 "
+                         "and every listed M above 8")
     ap.add_argument("--commit", default=os.environ.get("MODELD_COMMIT"), help="commit id to record")
     ap.add_argument("--dry-run", action="store_true",
                     help=f"no GPU: run the {','.join(DRY_SECTIONS)} sections on CPU through the Triton "
@@ -420,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return offline_sass(args.out)
     sections = set(args.sections.split(","))
+    BATCH_M[:] = [int(m) for m in args.batch_m.split(",")]
     unknown = sections - set(SECTIONS)
     if unknown:
         print(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}", file=sys.stderr)
@@ -444,9 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     S.gemv_sections(sections, reps, gen)
     if "skinny" in sections:
-        for label, n, k, sw in LINEAR_SHAPES[:2]:
-            for fmt in ("bf16", "fp8", "int4g128"):
-                bench_linear(8, fmt, label, n, k, sw, reps, gen)
+        for m in sorted({8, *(m for m in BATCH_M if m > 8)}):
+            for label, n, k, sw in LINEAR_SHAPES[:2]:
+                for fmt in ("bf16", "fp8", "int4g128"):
+                    bench_linear(m, fmt, label, n, k, sw, reps, gen)
     if "logits" in sections:
         bench_logits(1, 248320, 5120, reps, gen)
     if "decode" in sections:

@@ -273,13 +273,13 @@ def gemv_split_finish(reps, gen):
 
 
 def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
-    """A batched mma.sync GEMV module at M = 2 / 4 / 8 and every 27B shape, interleaved per shape: the skinny tl.dot
+    """A batched mma.sync GEMV module at M = --batch-m (default 2 / 4 / 8) and every 27B shape, interleaved per shape: the skinny tl.dot
     tile (forced by old_env = (variable, value)) with cuBLAS bf16 beside it, the module's pick, then each candidate
     (config fields replaced in the pick) and the pick's split halved and doubled."""
     saved = mod.pick
     shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
     try:
-        for m in ((2,) if dry else (2, 4, 8)):
+        for m in ((2,) if dry else K.BATCH_M):
             for label, n, k, sw in shapes:
                 with _env(*old_env):
                     K.bench_linear(m, fmt, label, n, k, sw, reps, gen, tag=" [skinny]")
@@ -297,7 +297,7 @@ def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
 
 
 def sweep_gemv_hmma_batch(reps, gen, dry=False):
-    """int4 g128 at M = 2 / 4 / 8: the skinny tile (MODELD_GEMV_INT4=v2) beside the batched mma.sync GEMV
+    """int4 g128 at M = --batch-m: the skinny tile (MODELD_GEMV_INT4=v2) beside the batched mma.sync GEMV
     (linear/gemv_hmma_batch.py): its pick, 2 blocks over 2 warps, 8 blocks, no cache policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_hmma_batch as hb
     cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "no cache policy": dict(weight_policy="")}
@@ -306,7 +306,7 @@ def sweep_gemv_hmma_batch(reps, gen, dry=False):
 
 
 def sweep_gemv_fp8_batch(reps, gen, dry=False):
-    """fp8 at M = 2 / 4 / 8: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV
+    """fp8 at M = --batch-m: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV
     (linear/gemv_fp8_batch.py): its pick, 2 blocks over 2 warps, 8 and 16 blocks, no cache policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_fp8_batch as fb
     cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "16b w4": dict(blocks=16),

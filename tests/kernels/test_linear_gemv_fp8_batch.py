@@ -1,4 +1,4 @@
-"""Batched fp8 mma.sync GEMV (linear/gemv_fp8_batch.py, 2 <= M <= 8) vs the reference, and its routing.
+"""Batched fp8 mma.sync GEMV (linear/gemv_fp8_batch.py, 2 <= M <= 16) vs the reference, and its routing.
 
 CPU: the interpreter runs the kernel without its inline PTX (ASM=False: the mma and the x loads in plain Triton
 ops on the same tensors), so the token / row / lane indexing, split-K and the finish are checked here. GPU
@@ -38,10 +38,11 @@ def want(x, ws, swiglu):
     return (ref.swiglu_linear_fp8 if swiglu else ref.linear_fp8)(x, *ws)
 
 
-# (M, N, K, swiglu, blocks, split): M = 2 / 3 / 5 / 8, N not a multiple of 16, an odd number of 64-k chunks (the
+# (M, N, K, swiglu, blocks, split): M = 2 / 3 / 5 / 8, M = 9 / 12 / 16 (two token sets), N not a multiple of 16, an odd number of 64-k chunks (the
 # pair's second chunk empty), split-K with an uneven last split (the finish launch).
 CPU_CASES = [(2, 37, 192, False, 2, 1), (8, 20, 512, True, 1, 3), (3, 48, 320, False, 2, 2), (5, 70, 640, True, 2, 1),
-             (8, 64, 128, False, 1, 1), (2, 16, 576, True, 1, 4)]
+             (8, 64, 128, False, 1, 1), (2, 16, 576, True, 1, 4), (9, 37, 192, True, 2, 1), (16, 20, 512, False, 1, 3),
+             (12, 48, 320, True, 2, 2)]
 
 
 @pytest.mark.parametrize("m,n,k,swiglu,blocks,split", CPU_CASES,
@@ -77,9 +78,9 @@ def test_fp8_batch_every_code_and_strided_rows(gen, device, poisoned_outputs):
 def test_fp8_batch_usable_rules(device):
     w = torch.zeros(8, 256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
     x = lambda m, k=256: torch.zeros(m, k, dtype=torch.bfloat16, device=device)  # noqa: E731
-    assert fb.usable(x(2), w) and fb.usable(x(8), w)
+    assert fb.usable(x(2), w) and fb.usable(x(8), w) and fb.usable(x(9), w) and fb.usable(x(16), w)
     assert not fb.usable(x(1), w)
-    assert not fb.usable(x(9), w)
+    assert not fb.usable(x(17), w)
     assert not fb.usable(x(4, 160), w[:, :160])  # K % 64
     assert not fb.usable(x(4, 512)[:, ::2], w)
     assert not fb.usable(x(4, 258)[:, 2:], w)  # 4-byte aligned start
@@ -88,18 +89,19 @@ def test_fp8_batch_usable_rules(device):
 
 
 def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch):
-    """2 <= M <= 8 fp8 calls go to the batched kernel unless MODELD_GEMV_FP8_BATCH=tile (read per call); M == 1 and
-    M == 9 do not; unknown values are refused."""
+    """2 <= M <= 16 fp8 calls go to the batched kernel unless MODELD_GEMV_FP8_BATCH=tile (read per call); M == 1 and
+    M == 17 do not; unknown values are refused."""
     calls = count_launches(monkeypatch, fb, "launch_fp8_batch")
-    x, ws = fp8_problem(9, 40, 256, True, gen, device)
+    x, ws = fp8_problem(17, 40, 256, True, gen, device)
     monkeypatch.delenv(fb.FP8_BATCH_ENV, raising=False)
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="routed fp8 batch")
-    assert len(calls) == 1
+    assert_close(tt.swiglu_linear_fp8(x[:16], *ws), want(x[:16], ws, True), what="routed fp8 batch, M 16")
+    assert len(calls) == 2
     tt.swiglu_linear_fp8(x[:1], *ws)
     tt.swiglu_linear_fp8(x, *ws)
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "tile")
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="fp8 skinny tile")
-    assert len(calls) == 1
+    assert len(calls) == 2
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "fast")
     with pytest.raises(KernelValueError, match=fb.FP8_BATCH_ENV):
         fb.fp8_batch()
@@ -118,7 +120,7 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [2, 5, 8])
+@pytest.mark.parametrize("m", [2, 5, 8, 11, 16])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_fp8_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypatch):
     """The pick and other tiles / splits against the spec; the pick bit-identical with PDL off, on and late."""

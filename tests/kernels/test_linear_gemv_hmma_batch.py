@@ -1,4 +1,4 @@
-"""Batched int4 mma.sync GEMV (linear/gemv_hmma_batch.py, 2 <= M <= 8) vs the reference, and its routing.
+"""Batched int4 mma.sync GEMV (linear/gemv_hmma_batch.py, 2 <= M <= 16) vs the reference, and its routing.
 
 CPU: the interpreter runs the kernel without its inline PTX (ASM=False: the chunk's mma, the x sums and the
 scale loads in plain Triton ops on the same tensors), so the token / row / lane indexing, the per-chunk scaling,
@@ -28,10 +28,12 @@ def tokens(m, k, gen, device, scale=2.0):
 
 
 # (M, N, K, G, swiglu, blocks, split): M = 2 / 3 / 5 / 8 (tokens past M masked in the lanes and at the store),
+# M = 9 / 12 / 16 (two token sets, the second partly masked),
 # N not a multiple of 16 (rows g + 8 masked apart from rows g), an odd number of chunks (the pair's second chunk
 # empty), G = 256 (two chunks per scale), split-K with an uneven last split (the finish launch).
 CPU_CASES = [(2, 37, 384, 128, False, 2, 1), (8, 20, 1024, 256, True, 1, 3), (3, 48, 640, 128, False, 2, 2),
-             (5, 70, 1280, 128, True, 2, 1), (8, 64, 256, 128, False, 1, 1), (2, 16, 1152, 128, True, 1, 4)]
+             (5, 70, 1280, 128, True, 2, 1), (8, 64, 256, 128, False, 1, 1), (2, 16, 1152, 128, True, 1, 4),
+             (9, 37, 384, 128, True, 2, 1), (16, 20, 1024, 256, False, 1, 3), (12, 48, 640, 128, True, 2, 2)]
 
 
 @pytest.mark.parametrize("m,n,k,group,swiglu,blocks,split", CPU_CASES,
@@ -60,9 +62,9 @@ def test_hmma_batch_strided_rows_and_large_mins(gen, device, poisoned_outputs):
 def test_hmma_batch_usable_rules(device):
     w = torch.zeros(8, 256, dtype=torch.uint8, device=device)
     x = lambda m, k=512: torch.zeros(m, k, dtype=torch.bfloat16, device=device)  # noqa: E731
-    assert hb.usable(x(2), w, 128) and hb.usable(x(8), w, 256)
+    assert hb.usable(x(2), w, 128) and hb.usable(x(8), w, 256) and hb.usable(x(9), w, 128) and hb.usable(x(16), w, 128)
     assert not hb.usable(x(1), w, 128)  # M == 1: gemv_hmma
-    assert not hb.usable(x(9), w, 128)  # more tokens than mma columns
+    assert not hb.usable(x(17), w, 128)  # more tokens than two sets of mma columns
     assert not hb.usable(x(4), w, 64)
     assert not hb.usable(x(4, 1024)[:, ::2], w, 128)  # strided columns
     assert not hb.usable(x(4, 516)[:, 4:], w, 128)  # 8-byte aligned start
@@ -71,19 +73,20 @@ def test_hmma_batch_usable_rules(device):
 
 
 def test_hmma_batch_routing(gen, device, poisoned_outputs, monkeypatch):
-    """Under the "hmma" int4 policy, usable 2 <= M <= 8 calls go to the batched kernel; M == 1, M == 9 and the
+    """Under the "hmma" int4 policy, usable 2 <= M <= 16 calls go to the batched kernel; M == 1, M == 17 and the
     "v2" policy do not (MODELD_GEMV_INT4 read per call)."""
     calls = count_launches(monkeypatch, hb, "launch_int4_hmma_batch")
     _, ws = int4_problem(40, 256, 128, True, gen, device)
-    x = tokens(9, 256, gen, device)
+    x = tokens(17, 256, gen, device)
     monkeypatch.setattr(gm, "INT4_GEMV", "hmma")
     assert_close(tt.swiglu_linear_int4(x[:3], *ws), int4_want(x[:3], ws, True), what="routed hmma batch")
-    assert len(calls) == 1
+    assert_close(tt.swiglu_linear_int4(x[:16], *ws), int4_want(x[:16], ws, True), what="routed hmma batch, M 16")
+    assert len(calls) == 2
     tt.swiglu_linear_int4(x[:1], *ws)
     tt.swiglu_linear_int4(x, *ws)
     monkeypatch.setenv(gm.INT4_GEMV_ENV, "v2")
     tt.swiglu_linear_int4(x[:3], *ws)
-    assert len(calls) == 1
+    assert len(calls) == 2
 
 
 def test_pick_fills_the_gpu():
@@ -99,7 +102,7 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [2, 5, 8])
+@pytest.mark.parametrize("m", [2, 5, 8, 11, 16])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypatch):
     """The pick and other tiles / splits against the spec; the pick bit-identical with PDL off, on and late and

@@ -1,5 +1,6 @@
-"""Batched fp8 (e4m3, per-channel scale) decode GEMV on mma.sync (2 <= M <= 8 tokens): the token-column layout of
-`gemv_hmma_batch` with e4m3 weights decoded to bf16 in the A fragment.
+"""Batched fp8 (e4m3, per-channel scale) decode GEMV on mma.sync (2 <= M <= 16 tokens): the token-column layout of
+`gemv_hmma_batch` with e4m3 weights decoded to bf16 in the A fragment (two sets of 8 token columns for M > 8, one
+decode feeding both sets' mma: `_MMA2_ASM`).
 
 Why: fp8 calls with 2 <= M <= 16 took the skinny tl.dot tile, 0.36-0.57 of copy on the H200 at batch 8 and
 slower than cuBLAS on the bf16 weights at down (certs/kernels-table-s9-h200.json). One mma m16n8k16 multiplies 16
@@ -33,11 +34,12 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
-from modeld.kernels.linear.gemv_hmma_batch import MAX_M, batch_split, finish_batch, occupancy_split
+from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _store_tokens, batch_split, finish_batch, occupancy_split,
+                                                   token_sets)
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "usable", "pick", "launch_fp8_batch"]
 
-# Which kernel serves fp8 calls with 2 <= M <= 8: "mma" (this module, wherever `usable`) or "tile" (the skinny tl.dot
+# Which kernel serves fp8 calls with 2 <= M <= 16: "mma" (this module, wherever `usable`) or "tile" (the skinny tl.dot
 # tile of linear.triton). $MODELD_GEMV_FP8_BATCH, read per call, overrides it (one process can A/B them).
 FP8_BATCH = "mma"
 FP8_BATCH_ENV = "MODELD_GEMV_FP8_BATCH"
@@ -64,7 +66,7 @@ class Fp8BatchConfig:
 
 
 def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """2 <= M <= 8, K % 64 == 0, unit-stride rows of x with 8-byte aligned starts (8 bytes of x per word and token)
+    """2 <= M <= 16, K % 64 == 0, unit-stride rows of x with 8-byte aligned starts (8 bytes of x per word and token)
     and 16-byte aligned weight rows (16 bytes per row and chunk)."""
     m, k = x.shape
     if not 2 <= m <= MAX_M or k % 64 or x.stride(1) != 1:
@@ -100,11 +102,15 @@ def _cvt(src: str, dst: str) -> str:
             f"prmt.b32 {dst}, fl, fu, 0x7632;\n")
 
 
-def _mma_word(w: int) -> str:
-    return (f"mov.b32 {{g0, g1}}, ${4 + w};\nmov.b32 {{h0, h1}}, ${8 + w};\n"
+def _mma_word(w: int, sets: int = 1) -> str:
+    """Word w's decode and its mma per token set: operands as in `_MMA_ASM` (sets = 1) or `_MMA2_ASM` (sets = 2,
+    every operand number + 4 for the second output, set 1's B at + 8 from set 0's, accumulators e0-e3)."""
+    o = 4 * (sets - 1)
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {acc}, {{a0, a1, a2, a3}}, {{${b0}, ${b1}}}, {acc};\n"
+    return (f"mov.b32 {{g0, g1}}, ${4 + o + w};\nmov.b32 {{h0, h1}}, ${8 + o + w};\n"
             + _cvt("g0", "a0") + _cvt("h0", "a1") + _cvt("g1", "a2") + _cvt("h1", "a3")
-            + "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {d0, d1, d2, d3}, {a0, a1, a2, a3}, "
-            + f"{{${12 + w}, ${16 + w}}}, {{d0, d1, d2, d3}};\n")
+            + "".join(mma.format(acc="{d0, d1, d2, d3}" if s == 0 else "{e0, e1, e2, e3}", b0=12 + o + 8 * s + w,
+                                 b1=16 + o + 8 * s + w) for s in range(sets)))
 
 
 _MMA_ASM = tl.constexpr(
@@ -112,6 +118,15 @@ _MMA_ASM = tl.constexpr(
     + "".join(f"mov.f32 d{i}, ${20 + i};\n" for i in range(4))
     + "".join(_mma_word(w) for w in range(4))
     + "".join(f"mov.f32 ${i}, d{i};\n" for i in range(4)) + "}")
+# Both token sets from one decode (TS = 2), pack=4: $0-$3 set 0's accumulators out, $4-$7 set 1's; in: $8-$11 words of
+# row g, $12-$15 of row g + 8, $16-$19 / $20-$23 set 0's B0 / B1, $24-$27 / $28-$31 set 1's, $32-$35 / $36-$39 the
+# accumulators in.
+_MMA2_ASM = tl.constexpr(
+    "{\n.reg .b16 g0, g1, h0, h1, l, u;\n.reg .b32 f, a0, a1, a2, a3;\n"
+    ".reg .f32 fl, fu, d0, d1, d2, d3, e0, e1, e2, e3;\n"
+    + "".join(f"mov.f32 d{i}, ${32 + i};\nmov.f32 e{i}, ${36 + i};\n" for i in range(4))
+    + "".join(_mma_word(w, 2) for w in range(4))
+    + "".join(f"mov.f32 ${i}, d{i};\nmov.f32 ${4 + i}, e{i};\n" for i in range(4)) + "}")
 # Token g's x of word w (pack=4): $0-$3 B0[w], $4-$7 B1[w]; in: $8-$11 pointers (int32 pair index), $12-$15
 # predicates. Plain ld.global: ptxas keeps it after griddepcontrol.wait (unlike .nc;
 # KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md).
@@ -177,12 +192,25 @@ def _mma(wg, wh, b0, b1, acc, ASM: tl.constexpr, NB: tl.constexpr):
 
 
 @triton.jit
+def _mma_two_sets(wg, wh, b0, b1, c0, c1, acc, acc8, ASM: tl.constexpr, NB: tl.constexpr):
+    """`_mma` for token sets 0 (b*, acc) and 1 (c*, acc8) from one decode of the words."""
+    if ASM:
+        return tl.inline_asm_elementwise(asm=_MMA2_ASM, constraints="=f," * 8 + "r," * 24 + "f," * 7 + "f",
+                                         args=[wg, wh, b0, b1, c0, c1, acc, acc8], dtype=(tl.float32, tl.float32),
+                                         is_pure=True, pack=4)
+    else:
+        return _mma_emulated(wg, wh, b0, b1, acc, NB), _mma_emulated(wg, wh, c0, c1, acc8, NB)
+
+
+@triton.jit
 def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w, stride_ym,
                            up_offset, SWIGLU: tl.constexpr, NB: tl.constexpr, SPLIT: tl.constexpr,
-                           EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr):
+                           EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr,
+                           TS: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows) of all M tokens over the 64-k chunks
     # [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 4]; ws_ptr: fp32 [rows].
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b). PDL: wait first.
+    # TS token sets of 8: set 1 (tokens 8-15) has its own x (c*, e*) and accumulators (acc8, uacc8).
     pdl_trigger(PDL == 1)
     pdl_wait(PDL != 0)
     pid = tl.program_id(0)
@@ -192,41 +220,50 @@ def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP,
     uo = up_offset * stride_w
     xofs = g8 * stride_xm + 8 * t + 2 * w  # [4, 8, 1, 4] + 32 c: token g's pair (x0, x1) of word w of lane t
     xon = g8 < M
+    xofs8 = xofs + 8 * stride_xm  # token g + 8 (set 1)
+    xon8 = g8 + 8 < M
     c_lo = pid_k * CPP
     c_hi = tl.minimum(NC, c_lo + CPP)
     acc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uacc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    acc8 = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    uacc8 = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     for c in range(c_lo, c_hi, 2):  # both chunks' loads first; past c_hi the second re-reads c with x = 0
         c1 = tl.minimum(c + 1, c_hi - 1)
         wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
         wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
         b0, b1 = _x_load(x_ptr + 32 * c + xofs, xon, ASM)
         q0, q1 = _x_load(x_ptr + 32 * c1 + xofs, xon & (c + 1 < c_hi), ASM)
-        acc = _mma(wg, wh, b0, b1, acc, ASM, NB)
-        acc = _mma(wg1, wh1, q0, q1, acc, ASM, NB)
-        if SWIGLU:
-            uacc = _mma(ug, uh, b0, b1, uacc, ASM, NB)
-            uacc = _mma(ug1, uh1, q0, q1, uacc, ASM, NB)
+        if TS == 2:
+            e0, e1 = _x_load(x_ptr + 32 * c + xofs8, xon8, ASM)
+            f0, f1 = _x_load(x_ptr + 32 * c1 + xofs8, xon8 & (c + 1 < c_hi), ASM)
+            acc, acc8 = _mma_two_sets(wg, wh, b0, b1, e0, e1, acc, acc8, ASM, NB)
+            acc, acc8 = _mma_two_sets(wg1, wh1, q0, q1, f0, f1, acc, acc8, ASM, NB)
+            if SWIGLU:
+                uacc, uacc8 = _mma_two_sets(ug, uh, b0, b1, e0, e1, uacc, uacc8, ASM, NB)
+                uacc, uacc8 = _mma_two_sets(ug1, uh1, q0, q1, f0, f1, uacc, uacc8, ASM, NB)
+        else:
+            acc = _mma(wg, wh, b0, b1, acc, ASM, NB)
+            acc = _mma(wg1, wh1, q0, q1, acc, ASM, NB)
+            if SWIGLU:
+                uacc = _mma(ug, uh, b0, b1, uacc, ASM, NB)
+                uacc = _mma(ug1, uh1, q0, q1, uacc, ASM, NB)
     pdl_trigger(PDL == 2)
     out_rows = n0 + 16 * b + 8 * (w >> 1) + g8 + 0 * t  # [4, 8, NB, 4]: the accumulator's rows
     tok = 2 * t + (w & 1)  # [4, 1, 1, 4]: its tokens
     rmask = out_rows < N
-    omask = rmask & (tok < M)
-    gv = acc * tl.load(ws_ptr + out_rows, mask=rmask, other=0.0)
-    if SPLIT == 1:
-        if SWIGLU:
-            uv = uacc * tl.load(ws_ptr + up_offset + out_rows, mask=rmask, other=0.0)
-            gv = gv * tl.sigmoid(gv) * uv
-        tl.store(y_ptr + tok * stride_ym + out_rows, gv.to(y_ptr.dtype.element_ty), mask=omask)
-    else:
-        base = part_ptr + (tok * SPLIT + pid_k) * 2 * N + out_rows  # partials [M, SPLIT, 2N]
-        tl.store(base, gv, mask=omask)
-        if SWIGLU:
-            tl.store(base + N, uacc * tl.load(ws_ptr + up_offset + out_rows, mask=rmask, other=0.0), mask=omask)
+    sg = tl.load(ws_ptr + out_rows, mask=rmask, other=0.0)  # the per-channel scales, applied once
+    su = sg
+    if SWIGLU:
+        su = tl.load(ws_ptr + up_offset + out_rows, mask=rmask, other=0.0)
+    _store_tokens(y_ptr, part_ptr, acc * sg, uacc * su, out_rows, rmask, tok, M, N, pid_k, stride_ym, SWIGLU, SPLIT)
+    if TS == 2:
+        _store_tokens(y_ptr, part_ptr, acc8 * sg, uacc8 * su, out_rows, rmask, tok + 8, M, N, pid_k, stride_ym,
+                      SWIGLU, SPLIT)
 
 
 def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None, finish=None) -> torch.Tensor:
-    """y [M, N] <- x [M, K] . (ws * W)^T for e4m3 W (SwiGLU over its 2N rows), 2 <= M <= 8. Mutates y only.
+    """y [M, N] <- x [M, K] . (ws * W)^T for e4m3 W (SwiGLU over its 2N rows), 2 <= M <= 16. Mutates y only.
 
     Inputs were checked by `linear.triton`'s wrapper and `usable`; `kernel` / `finish` override the JIT functions
     (launch recorders). split_k > 1 adds fp32 partials and a finish launch."""
@@ -238,7 +275,8 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     (kernel or _gemv_fp8_batch_kernel)[grid](
         x.view(torch.int32), w.view(torch.int32), ws, y, part, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
         y.stride(0), n, SWIGLU=swiglu, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
-        ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
+        ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, TS=token_sets(m), num_warps=cfg.num_warps,
+        num_stages=1,
         **launch_options(pdl != 0),
     )
     finish_batch(part, y, split, swiglu, finish)

@@ -1,6 +1,7 @@
-"""Batched int4 decode GEMV on mma.sync ("hmma batch", 2 <= M <= 8 tokens): the weights' A fragments of
+"""Batched int4 decode GEMV on mma.sync ("hmma batch", 2 <= M <= 16 tokens): the weights' A fragments of
 `gemv_hmma` (same words, same nibble decode, same inline PTX), with the mma's 8 B columns carrying the M
-tokens instead of one-hot chunk columns.
+tokens instead of one-hot chunk columns; 9 <= M <= 16 use two column sets (tokens 0-7 and 8-15), each decoded A
+fragment feeding one mma per set.
 
 Why: without it, M = 2..8 int4 calls took the skinny tl.dot tile, which dequantises every weight in fp32
 (q * s + m, then a bf16 round) and ran at 0.14-0.23 of copy on the H200 at batch 8, slower than cuBLAS on the
@@ -16,6 +17,9 @@ What changes against `gemv_hmma`:
 * X[n, c], the sum of token n's x over chunk c, comes from the tensor cores too: 8 more HMMA per chunk with an
   all-ones A (`_XSUM_ASM`), shared by every row block and by gate / up. Thread (g, t) gets X of its columns
   2t, 2t + 1, exactly the tokens of its accumulators.
+* M > 8 (TS = 2 token sets): a second x load per word (token g + 8), `_HMMA_ZERO2_ASM` decodes the nibbles once
+  and issues the mma for both sets, and a second pair of accumulators holds tokens 8-15. The weights are read
+  once for all 16 tokens, as a skinny tile would, but without its fp32 dequantisation.
 * no chunk limit per program (no column per chunk), so split-K only serves occupancy. Partials are fp32
   [M, SPLIT, 2N] (token-major, so each token's block is `gemv_split`'s [SPLIT, 2N]) finished by one launch over
   (row tiles, M) that reuses `gemv_split._finish_rows`.
@@ -26,6 +30,7 @@ finish are tested on CPU, the PTX on the H200 (`-m gpu`). Inline-asm sites: KNOW
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -34,20 +39,40 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, light_kwargs, light_prologue, pdl_mode, pdl_trigger, pdl_wait
-from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
+from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _HMMA_WORD, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
 from modeld.kernels.linear.gemv_split import _finish_rows
 
-__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "occupancy_split", "batch_split", "finish_batch",
-           "launch_int4_hmma_batch"]
+__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "token_sets", "occupancy_split", "batch_split",
+           "finish_batch", "launch_int4_hmma_batch"]
 
-MAX_M = 8  # tokens per launch: the 8 columns of one mma m16n8k16
+MAX_M = 16  # tokens per launch: two sets of the 8 columns of one mma m16n8k16
 
 # The chunk's HMMA chain from zero: `_HMMA_ASM` with its accumulator inputs replaced by 0 (d = A.B over the chunk).
 _HMMA_ZERO_ASM = tl.constexpr(_HMMA_ASM.value.replace("mov.f32 d0, $28;", "mov.f32 d0, 0f00000000;")
                               .replace("mov.f32 d1, $29;", "mov.f32 d1, 0f00000000;")
                               .replace("mov.f32 d2, $30;", "mov.f32 d2, 0f00000000;")
                               .replace("mov.f32 d3, $31;", "mov.f32 d3, 0f00000000;"))
+# Both token sets of one chunk from one nibble decode (TS = 2): $0-$3 set 0 (tokens 0-7), $4-$7 set 1 (tokens 8-15);
+# in (pack=4): $8-$11 words of row g, $12-$15 of row g + 8, $16-$31 set 0's pairs P0..P3, $32-$47 set 1's. Each mma
+# line of `_HMMA_WORD` is followed by the same mma on set 1's pairs (B operand registers + 16) into e0-e3.
+def _two_set_word(w: int) -> str:
+    lines = []
+    for line in _HMMA_WORD.format(wg=8 + w, wh=12 + w, p0=16 + w, p1=20 + w, p2=24 + w, p3=28 + w).splitlines():
+        lines.append(line)
+        if "mma.sync" in line:
+            other = re.sub(r"\{\$(\d+), \$(\d+)\}", lambda mt: f"{{${int(mt[1]) + 16}, ${int(mt[2]) + 16}}}", line)
+            lines.append(other.replace("{d0, d1, d2, d3}", "{e0, e1, e2, e3}"))
+    return "\n".join(lines) + "\n"
+
+
+_HMMA_ZERO2_ASM = tl.constexpr(
+    "{\n.reg .b32 lg, hg, lh, hh, a0, a1, a2, a3, mg;\n.reg .f32 d0, d1, d2, d3, e0, e1, e2, e3;\n"
+    "mov.b32 mg, 0x43434343;\n"
+    + "".join(f"mov.f32 {r}{i}, 0f00000000;\n" for r in "de" for i in range(4))
+    + "".join(_two_set_word(w) for w in range(4))
+    + "".join(f"mov.f32 ${i}, d{i};\n" for i in range(4))
+    + "".join(f"mov.f32 ${4 + i}, e{i};\n" for i in range(4)) + "}")
 # X[n] over the chunk: an all-ones A (bf16 1.0 pairs) times the x pairs of the 4 words. pack=4: $0-$3 out,
 # $4-$19 the pairs P0[w], P1[w], P2[w], P3[w]. Every row of D is the same X; the fragment gives thread (g, t)
 # columns 2t, 2t + 1 in (d0, d1) and again in (d2, d3).
@@ -75,7 +100,7 @@ class HmmaBatchConfig:
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
-    """2 <= M <= 8, G in (128, 256), K % G == 0, unit-stride rows of x with 16-byte aligned starts (each thread
+    """2 <= M <= 16, G in (128, 256), K % G == 0, unit-stride rows of x with 16-byte aligned starts (each thread
     reads 16 bytes of x per word) and 16-byte aligned weight rows."""
     m, k = x.shape
     if not 2 <= m <= MAX_M or group not in (128, 256) or k % group or x.stride(1) != 1:
@@ -94,6 +119,11 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
         return HmmaBatchConfig(2, 4, 1, source="interpreter")
     return HmmaBatchConfig(4, 4, occupancy_split(n, k // 128, n_sms),
                            source="gemv_hmma's occupancy rule, H200 sweep 2026-11-30 s9")
+
+
+def token_sets(m: int) -> int:
+    """Sets of 8 mma columns a launch needs for m tokens (1 or 2). Shared with gemv_fp8_batch."""
+    return 1 if m <= 8 else 2
 
 
 def occupancy_split(n: int, chunks: int, n_sms: int) -> int:
@@ -144,6 +174,18 @@ def _chunk_tokens(wg, wh, p0, p1, p2, p3, ASM: tl.constexpr, NB: tl.constexpr):
                                          args=[wg, wh, p0, p1, p2, p3], dtype=tl.float32, is_pure=True, pack=4)
     else:
         return _chunk_tokens_emulated(wg, wh, p0, p1, p2, p3, NB)
+
+
+@triton.jit
+def _chunk_two_sets(wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, ASM: tl.constexpr, NB: tl.constexpr):
+    """`_chunk_tokens` for token sets 0 (x pairs p*) and 1 (r*) from one decode of the words."""
+    if ASM:
+        return tl.inline_asm_elementwise(asm=_HMMA_ZERO2_ASM, constraints="=f," * 8 + "r," * 39 + "r",
+                                         args=[wg, wh, p0, p1, p2, p3, r0, r1, r2, r3],
+                                         dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
+    else:
+        return (_chunk_tokens_emulated(wg, wh, p0, p1, p2, p3, NB),
+                _chunk_tokens_emulated(wg, wh, r0, r1, r2, r3, NB))
 
 
 @triton.jit
@@ -206,13 +248,33 @@ def _scales(s_ptr, m_ptr, sofs, smask, ASM: tl.constexpr):
 
 
 @triton.jit
+def _store_tokens(y_ptr, part_ptr, acc, uacc, out_rows, smask, tok, M, N, pid_k, stride_ym, SWIGLU: tl.constexpr,
+                  SPLIT: tl.constexpr):
+    """Store one token set's accumulators (tok [4, 1, 1, 4]: each element's token): y (SwiGLU applied) when
+    SPLIT == 1, else the fp32 partials [M, SPLIT, 2N]. Shared with gemv_fp8_batch."""
+    omask = smask & (tok < M)
+    if SPLIT == 1:
+        if SWIGLU:
+            out = acc * tl.sigmoid(acc) * uacc
+        else:
+            out = acc
+        tl.store(y_ptr + tok * stride_ym + out_rows, out.to(y_ptr.dtype.element_ty), mask=omask)
+    else:
+        base = part_ptr + (tok * SPLIT + pid_k) * 2 * N + out_rows
+        tl.store(base, acc, mask=omask)
+        if SWIGLU:
+            tl.store(base + N, uacc, mask=omask)
+
+
+@triton.jit
 def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w,
                                  stride_s, stride_ym, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr,
                                  NB: tl.constexpr, SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr,
-                                 POLICY: tl.constexpr, PDL: tl.constexpr):
+                                 POLICY: tl.constexpr, PDL: tl.constexpr, TS: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) of all M tokens over the CPP
     # chunks of 128 k [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 8].
-    # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b).
+    # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b). TS token sets
+    # of 8: set 1 (tokens 8-15) has its own x pairs (r, v), x sums and accumulators (acc8, uacc8).
     # PDL: wait first, before any load (x is the predecessor's output; gemv_hmma's kernel says why).
     pdl_trigger(PDL == 1)
     pdl_wait(PDL != 0)
@@ -222,6 +284,8 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
     t, g8, b, w, rows, gofs, hofs, gmask, hmask = _row_block(n0, N, stride_w, NB)
     xofs = g8 * stride_xm + 16 * t + 4 * w  # [4, 8, 1, 4] + 64 c: token g's x pairs of word w of lane t
     xon = g8 < M
+    xofs8 = xofs + 8 * stride_xm  # token g + 8 (set 1)
+    xon8 = g8 + 8 < M
     out_rows = n0 + 16 * b + 8 * (w >> 1) + g8 + 0 * t  # [4, 8, NB, 4]: the accumulator's rows
     sofs = out_rows * stride_s
     smask = out_rows < N
@@ -231,6 +295,8 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
     c_hi = tl.minimum(NC, c_lo + CPP)
     acc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     uacc = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    acc8 = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
+    uacc8 = tl.zeros([4, 8, NB, 4], dtype=tl.float32)
     # Two chunks per iteration, all loads issued before either is used (a row's words of the pair are one
     # 128-byte line; gemv_hmma). When c + 1 == c_hi the second chunk re-reads c with x = 0: it adds 0.
     for c in range(c_lo, c_hi, 2):
@@ -239,6 +305,9 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
         wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
         p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, xon, ASM), ASM)
         q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, xon & (c + 1 < c_hi), ASM), ASM)
+        if TS == 2:
+            r0, r1, r2, r3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs8, xon8, ASM), ASM)
+            v0, v1, v2, v3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs8, xon8 & (c + 1 < c_hi), ASM), ASM)
         # the scales are loaded with the words and x, before any mma in program order (ptxas still moves most
         # loads below the first mma: KNOWLEDGE/dead-ends/gemv-batch-volatile-loads.md)
         s0, m0 = _scales(s_ptr, m_ptr, sofs + c // CPG, smask, ASM)
@@ -248,25 +317,33 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
             su1, mu1 = _scales(s_ptr + so, m_ptr + so, sofs + c1 // CPG, smask, ASM)
         xs = _xsum(p0, p1, p2, p3, ASM)
         xs1 = _xsum(q0, q1, q2, q3, ASM)
-        acc += s0 * _chunk_tokens(wg, wh, p0, p1, p2, p3, ASM, NB) + m0 * xs
-        acc += s1 * _chunk_tokens(wg1, wh1, q0, q1, q2, q3, ASM, NB) + m1 * xs1
-        if SWIGLU:
-            uacc += su0 * _chunk_tokens(ug, uh, p0, p1, p2, p3, ASM, NB) + mu0 * xs
-            uacc += su1 * _chunk_tokens(ug1, uh1, q0, q1, q2, q3, ASM, NB) + mu1 * xs1
+        if TS == 2:
+            xr = _xsum(r0, r1, r2, r3, ASM)
+            xr1 = _xsum(v0, v1, v2, v3, ASM)
+            ca, cb = _chunk_two_sets(wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, ASM, NB)
+            acc += s0 * ca + m0 * xs
+            acc8 += s0 * cb + m0 * xr
+            ca, cb = _chunk_two_sets(wg1, wh1, q0, q1, q2, q3, v0, v1, v2, v3, ASM, NB)
+            acc += s1 * ca + m1 * xs1
+            acc8 += s1 * cb + m1 * xr1
+            if SWIGLU:
+                ca, cb = _chunk_two_sets(ug, uh, p0, p1, p2, p3, r0, r1, r2, r3, ASM, NB)
+                uacc += su0 * ca + mu0 * xs
+                uacc8 += su0 * cb + mu0 * xr
+                ca, cb = _chunk_two_sets(ug1, uh1, q0, q1, q2, q3, v0, v1, v2, v3, ASM, NB)
+                uacc += su1 * ca + mu1 * xs1
+                uacc8 += su1 * cb + mu1 * xr1
+        else:
+            acc += s0 * _chunk_tokens(wg, wh, p0, p1, p2, p3, ASM, NB) + m0 * xs
+            acc += s1 * _chunk_tokens(wg1, wh1, q0, q1, q2, q3, ASM, NB) + m1 * xs1
+            if SWIGLU:
+                uacc += su0 * _chunk_tokens(ug, uh, p0, p1, p2, p3, ASM, NB) + mu0 * xs
+                uacc += su1 * _chunk_tokens(ug1, uh1, q0, q1, q2, q3, ASM, NB) + mu1 * xs1
     pdl_trigger(PDL == 2)
     tok = 2 * t + (w & 1)  # [4, 1, 1, 4]: the accumulator's token
-    omask = smask & (tok < M)
-    if SPLIT == 1:
-        if SWIGLU:
-            out = acc * tl.sigmoid(acc) * uacc
-        else:
-            out = acc
-        tl.store(y_ptr + tok * stride_ym + out_rows, out.to(y_ptr.dtype.element_ty), mask=omask)
-    else:
-        base = part_ptr + (tok * SPLIT + pid_k) * 2 * N + out_rows  # partials [M, SPLIT, 2N]
-        tl.store(base, acc, mask=omask)
-        if SWIGLU:
-            tl.store(base + N, uacc, mask=omask)
+    _store_tokens(y_ptr, part_ptr, acc, uacc, out_rows, smask, tok, M, N, pid_k, stride_ym, SWIGLU, SPLIT)
+    if TS == 2:
+        _store_tokens(y_ptr, part_ptr, acc8, uacc8, out_rows, smask, tok + 8, M, N, pid_k, stride_ym, SWIGLU, SPLIT)
 
 
 @triton.jit
@@ -302,7 +379,7 @@ def finish_batch(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, 
 
 def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaBatchConfig, kernel=None,
                            finish=None) -> torch.Tensor:
-    """y [M, N] <- x [M, K] . W^T for packed int4 W (SwiGLU over its 2N rows), 2 <= M <= 8. Mutates y only.
+    """y [M, N] <- x [M, K] . W^T for packed int4 W (SwiGLU over its 2N rows), 2 <= M <= 16. Mutates y only.
 
     Inputs were checked by `linear.triton`'s wrapper and `usable`. `kernel` / `finish` override the JIT
     functions (launch recorders replace module globals). split_k > 1 adds fp32 partials and a finish launch.
@@ -316,7 +393,7 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
         x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, m, n, nc, cpp, x.stride(0) // 2,
         w.stride(0) // 4, ws.stride(0), y.stride(0), n, SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks,
         SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0, ASM=asm_mode(), POLICY=cfg.weight_policy, PDL=pdl,
-        num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        TS=token_sets(m), num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     finish_batch(part, y, split, swiglu, finish)
     return y
