@@ -284,7 +284,7 @@ def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
                 with _env(*old_env):
                     K.bench_linear(m, fmt, label, n, k, sw, reps, gen, tag=" [skinny]")
                 K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [{name}]")
-                pick = saved(90, sw, n, k, 132, dry)
+                pick = saved(90, sw, n, k, 132, dry, m)
                 variants = dict(cands)
                 variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
                                  f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
@@ -298,19 +298,21 @@ def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
 
 def sweep_gemv_hmma_batch(reps, gen, dry=False):
     """int4 g128 at M = --batch-m: the skinny tile (MODELD_GEMV_INT4=v2) beside the batched mma.sync GEMV
-    (linear/gemv_hmma_batch.py): its pick, 2 blocks over 2 warps, 8 blocks, no cache policy, split / 2 and x 2."""
+    (linear/gemv_hmma_batch.py): its pick, 2 blocks over 2 warps, 4 / 8 / 16 blocks, no cache policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_hmma_batch as hb
-    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "no cache policy": dict(weight_policy="")}
+    cands = {"2b w2": dict(blocks=2, num_warps=2), "4b w4": dict(blocks=4), "8b w4": dict(blocks=8),
+             "16b w4": dict(blocks=16), "no cache policy": dict(weight_policy="")}
     _sweep_batch(hb, "int4g128", ("MODELD_GEMV_INT4", "v2"), "hmma batch", {"1b w4": dict(blocks=1)} if dry else cands,
                  reps, gen, dry)
 
 
 def sweep_gemv_fp8_batch(reps, gen, dry=False):
     """fp8 at M = --batch-m: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV
-    (linear/gemv_fp8_batch.py): its pick, 2 blocks over 2 warps, 8 and 16 blocks, no cache policy, split / 2 and x 2."""
+    (linear/gemv_fp8_batch.py): its pick, 2 blocks over 2 warps, 4 / 8 / 16 blocks over 4 warps, 16 over 8, no cache
+    policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_fp8_batch as fb
-    cands = {"2b w2": dict(blocks=2, num_warps=2), "8b w4": dict(blocks=8), "16b w4": dict(blocks=16),
-             "no cache policy": dict(weight_policy="")}
+    cands = {"2b w2": dict(blocks=2, num_warps=2), "4b w4": dict(blocks=4), "8b w4": dict(blocks=8),
+             "16b w4": dict(blocks=16), "16b w8": dict(blocks=16, num_warps=8), "no cache policy": dict(weight_policy="")}
     _sweep_batch(fb, "fp8", (fb.FP8_BATCH_ENV, "tile"), "fp8 batch", {"1b w4": dict(blocks=1)} if dry else cands,
                  reps, gen, dry)
 

@@ -114,6 +114,18 @@ def test_pick_fills_the_gpu():
         assert -(-n // (16 * cfg.blocks)) * cfg.split_k >= 4.5 * 132 or 2 * cfg.split_k >= k // 64, cfg
 
 
+def test_pick_two_token_sets_where_the_grid_stays_full():
+    """M > 8: 16 blocks with the M <= 8 split where that grid keeps >= 2.4 programs per SM (down, in_proj, qkv at the
+    27B shapes), else the M <= 8 pick (gate+up, o_proj)."""
+    got = {}
+    for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144), (False, 16384, 5120),
+                         (False, 14336, 5120)):
+        small, big = fb.pick(90, swiglu, n, k, 132, False, 8), fb.pick(90, swiglu, n, k, 132, False, 16)
+        assert big.split_k == small.split_k and small.blocks == 4
+        got[n, k] = big.blocks
+    assert got == {(17408, 5120): 4, (5120, 17408): 16, (5120, 6144): 4, (16384, 5120): 16, (14336, 5120): 16}
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (14336, 5120, False),
               (5120, 6144, False), (333, 1280, True), (200, 2048, False)]
@@ -126,7 +138,7 @@ def test_gpu_fp8_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypat
     """The pick and other tiles / splits against the spec; the pick bit-identical with PDL off, on and late."""
     x, ws = fp8_problem(m, n, k, swiglu, gen, device)
     spec = want(x, ws, swiglu)
-    pick = fb.pick(90, swiglu, n, k, 132, False)
+    pick = fb.pick(90, swiglu, n, k, 132, False, m)
     for cfg in (pick, fb.Fp8BatchConfig(2, 2, 1), fb.Fp8BatchConfig(8, 4, 3, weight_policy="")):
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         assert_close(fb.launch_fp8_batch(x, *ws, y, swiglu, cfg), spec, what=f"fp8 batch M={m} {cfg}")

@@ -96,6 +96,13 @@ def test_pick_fills_the_gpu():
         assert -(-n // (16 * cfg.blocks)) * cfg.split_k >= 4.5 * 132 or 2 * cfg.split_k >= k // 128, cfg
 
 
+def test_pick_two_token_sets_doubles_the_rows():
+    """M > 8: 8 blocks (x loaded once per two blocks), the M <= 8 split; M <= 8 keeps 4 blocks."""
+    for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144)):
+        small, big = hb.pick(90, swiglu, n, k, 132, False, 8), hb.pick(90, swiglu, n, k, 132, False, 9)
+        assert (small.blocks, big.blocks, big.split_k) == (4, 8, small.split_k)
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (14336, 5120, False),
               (5120, 6144, False), (333, 1280, True), (200, 2048, False)]
@@ -110,7 +117,7 @@ def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypa
     _, ws = int4_problem(n, k, 128, swiglu, gen, device)
     x = tokens(m, k, gen, device)
     want = int4_want(x, ws, swiglu)
-    pick = hb.pick(90, swiglu, n, k, 132, False)
+    pick = hb.pick(90, swiglu, n, k, 132, False, m)
     for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy="")):
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         assert_close(hb.launch_int4_hmma_batch(x, *ws, y, swiglu, 128, cfg), want, what=f"hmma batch M={m} {cfg}")

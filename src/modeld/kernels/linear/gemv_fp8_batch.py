@@ -82,14 +82,22 @@ def usable(x: torch.Tensor, w: torch.Tensor) -> bool:
 FP8_BATCH_SPLIT = {(90, False, 5120, 17408): 16, (90, False, 16384, 5120): 6, (90, False, 14336, 5120): 6}
 
 
-def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Fp8BatchConfig:
+def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool, m: int = 2) -> Fp8BatchConfig:
     """4 blocks of 16 rows over 4 warps; the split from FP8_BATCH_SPLIT, else gemv_hmma_batch's rule: K split until
-    ~4.5 programs per SM, at least 2 chunks per split. Sweep: `bench/kernels.py --sections sweep-gemv-fp8-batch`."""
+    ~4.5 programs per SM, at least 2 chunks per split. M > 8 (two token sets): 16 blocks with the same split where the
+    grid keeps >= 2.4 programs per SM, since each warp loads x for all 16 tokens per chunk, twice a 16-row block's
+    weight bytes at fp8, and four blocks per warp quarter that traffic. H200 sweep, session 10, M = 16: 16 blocks
+    1.2-1.3x faster at down, in_proj and qkv; slower at o_proj (160 programs) and gate+up (204), which keep 4.
+    Sweep: `bench/kernels.py --sections sweep-gemv-fp8-batch [--batch-m 12,16]`."""
     if interp:
         return Fp8BatchConfig(2, 4, 1, source="interpreter")
     if (sm, swiglu, n, k) in FP8_BATCH_SPLIT:
-        return Fp8BatchConfig(4, 4, FP8_BATCH_SPLIT[sm, swiglu, n, k], source="H200 sweep 2026-11-30 s9")
-    return Fp8BatchConfig(4, 4, occupancy_split(n, k // 64, n_sms), source="gemv_hmma_batch's occupancy rule")
+        split, source = FP8_BATCH_SPLIT[sm, swiglu, n, k], "H200 sweep 2026-11-30 s9"
+    else:
+        split, source = occupancy_split(n, k // 64, n_sms), "gemv_hmma_batch's occupancy rule"
+    if token_sets(m) == 2 and triton.cdiv(n, 256) * split >= 2.4 * n_sms:
+        return Fp8BatchConfig(16, 4, split, source=source + "; two token sets: 16 blocks, H200 sweep 2026-11-30 s10")
+    return Fp8BatchConfig(4, 4, split, source=source)
 
 
 # One word pair per mma: $0-$3 out; in (pack=4): $4-$7 words of row g, $8-$11 of row g + 8, $12-$15 B0[w] (token g's

@@ -110,13 +110,19 @@ def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
     return w.data_ptr() % 16 == 0 and (w.stride(0) * w.element_size()) % 16 == 0
 
 
-def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaBatchConfig:
-    """4 blocks of 16 rows over 4 warps (as gemv_hmma's pick), K split until the grid has ~4.5 programs per SM
-    (gemv_hmma's rule: enough warps resident to keep the bytes in flight). H200 sweep, session 9, M = 2 / 4 / 8 at
+def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool, m: int = 2) -> HmmaBatchConfig:
+    """M <= 8: 4 blocks of 16 rows over 4 warps (as gemv_hmma's pick), K split until the grid has ~4.5 programs per
+    SM (gemv_hmma's rule: enough warps resident to keep the bytes in flight). H200 sweep, session 9, M = 2 / 4 / 8 at
     the five 27B shapes: within 2 % of the best candidate everywhere (2 blocks over 2 warps ties; 8 blocks, no cache
-    policy, half or double the split are 4-50 % slower; KNOWLEDGE/optimizations/gemv-int4-hmma-batch.md)."""
+    policy, half or double the split are 4-50 % slower; KNOWLEDGE/optimizations/gemv-int4-hmma-batch.md).
+    M > 8 (two token sets): 8 blocks, the same split. Each warp loads x for all 16 tokens per chunk, as many bytes as
+    a 16-row block's words, so two blocks per warp halve the x traffic per weight byte. H200 sweep, session 10,
+    M = 16: 8 blocks 3-24 % faster than 4 at gate+up, in_proj, qkv and o_proj, and tied at down."""
     if interp:
         return HmmaBatchConfig(2, 4, 1, source="interpreter")
+    if token_sets(m) == 2:
+        return HmmaBatchConfig(8, 4, occupancy_split(n, k // 128, n_sms),
+                               source="two token sets: 8 blocks, H200 sweep 2026-11-30 s10")
     return HmmaBatchConfig(4, 4, occupancy_split(n, k // 128, n_sms),
                            source="gemv_hmma's occupancy rule, H200 sweep 2026-11-30 s9")
 
