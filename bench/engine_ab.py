@@ -56,12 +56,16 @@ def parse(argv):
     ap.add_argument("--slots", type=int, default=1,
                     help="engine slots: every decode step runs one token per slot (batched GEMVs at > 1; tok/s counts "
                     "all slots; the logit check runs each case in every slot and compares slot 0)")
+    ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
+                    help="also record the N kernels with the most device time per graph replay (torch.profiler, 5 "
+                    "replays) of each variant's first build (default 0: none)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="wall budget (recorded)")
     return ap.parse_args(argv)
 
 
 def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict, list | None]:
-    """A fresh engine under `env` (restored afterwards): decode speed, and its teacher-forced logits."""
+    """A fresh engine under `env` (restored afterwards): decode speed, and its teacher-forced logits (with them, when
+    --kernel-table is set, the profiler's table of one decode step's replayed kernels)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -70,6 +74,8 @@ def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict
         d = C.engine_bench.decode_speed(eng, st.args.steps, 128)
         res = {"build_s": build_s, "graph_captured": eng.graph.captured,
                **{k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50")}}
+        if want_logits and st.args.kernel_table and eng.graph.captured:
+            res["kernel_table"] = C.kernel_table(eng.graph, st.dev, top=st.args.kernel_table, repeat=5)
     finally:
         for k, v in saved.items():
             if v is None:
