@@ -284,7 +284,7 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         if 2 <= m <= lin._gemv_hmma_batch.MAX_M and fmt in ("int4g128", "int4g256") and lin.GEMV_VARIANT == "v2" \
                 and gemv_mma.int4_gemv() == "hmma":
             cfg = lin._gemv_hmma_batch.pick(90, swiglu, n, k, 132, DEV == "cpu", m)
-        if 2 <= m <= lin._gemv_hmma_batch.MAX_M and fmt == "fp8" and lin._gemv_fp8_batch.fp8_batch() == "mma":
+        if fmt == "fp8" and lin._gemv_fp8_batch.routed(m):
             cfg = lin._gemv_fp8_batch.pick(90, swiglu, n, k, 132, DEV == "cpu", m)
     else:
         fmt_id = {"bf16": lin.FMT_BF16, "fp8": lin.FMT_FP8}.get(fmt, lin.FMT_INT4)

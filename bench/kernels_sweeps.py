@@ -272,10 +272,11 @@ def gemv_split_finish(reps, gen):
         lin.pick_gemv, gemv_mma.pick = saved_pick, saved_mma_pick
 
 
-def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
-    """A batched mma.sync GEMV module at M = --batch-m (default 2 / 4 / 8) and every 27B shape, interleaved per shape: the skinny tl.dot
-    tile (forced by old_env = (variable, value)) with cuBLAS bf16 beside it, the module's pick, then each candidate
-    (config fields replaced in the pick) and the pick's split halved and doubled."""
+def _sweep_batch(mod, fmt, old_env, new_env, name, cands, reps, gen, dry):
+    """A batched mma.sync GEMV module at M = --batch-m (default 2 / 4 / 8) and every 27B shape, interleaved per
+    shape: the skinny tl.dot tile (forced by old_env = (variable, value)) with cuBLAS bf16 beside it, then, under
+    new_env (the policy that routes every M to the module), the module's pick, each candidate (config fields replaced
+    in the pick) and the pick's split halved and doubled."""
     saved = mod.pick
     shapes = K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES
     try:
@@ -283,15 +284,17 @@ def _sweep_batch(mod, fmt, old_env, name, cands, reps, gen, dry):
             for label, n, k, sw in shapes:
                 with _env(*old_env):
                     K.bench_linear(m, fmt, label, n, k, sw, reps, gen, tag=" [skinny]")
-                K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [{name}]")
-                pick = saved(90, sw, n, k, 132, dry, m)
-                variants = dict(cands)
-                variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
-                                 f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
-                for cand, kw in variants.items():
-                    mod.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
-                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [sweep {name} {cand}]")
-                    mod.pick = saved
+                with _env(*new_env):
+                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False, tag=f" [{name}]")
+                    pick = saved(90, sw, n, k, 132, dry, m)
+                    variants = dict(cands)
+                    variants.update({f"split {max(1, pick.split_k // 2)}": dict(split_k=max(1, pick.split_k // 2)),
+                                     f"split {2 * pick.split_k}": dict(split_k=2 * pick.split_k)})
+                    for cand, kw in variants.items():
+                        mod.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
+                        K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=False,
+                                       tag=f" [sweep {name} {cand}]")
+                        mod.pick = saved
     finally:
         mod.pick = saved
 
@@ -302,19 +305,19 @@ def sweep_gemv_hmma_batch(reps, gen, dry=False):
     from modeld.kernels.linear import gemv_hmma_batch as hb
     cands = {"2b w2": dict(blocks=2, num_warps=2), "4b w4": dict(blocks=4), "8b w4": dict(blocks=8),
              "16b w4": dict(blocks=16), "no cache policy": dict(weight_policy="")}
-    _sweep_batch(hb, "int4g128", ("MODELD_GEMV_INT4", "v2"), "hmma batch", {"1b w4": dict(blocks=1)} if dry else cands,
-                 reps, gen, dry)
+    _sweep_batch(hb, "int4g128", ("MODELD_GEMV_INT4", "v2"), ("MODELD_GEMV_INT4", "hmma"), "hmma batch",
+                 {"1b w4": dict(blocks=1)} if dry else cands, reps, gen, dry)
 
 
 def sweep_gemv_fp8_batch(reps, gen, dry=False):
-    """fp8 at M = --batch-m: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV
+    """fp8 at M = --batch-m: the skinny tile (MODELD_GEMV_FP8_BATCH=tile) beside the batched mma.sync GEMV (=mma16)
     (linear/gemv_fp8_batch.py): its pick, 2 blocks over 2 warps, 4 / 8 / 16 blocks over 4 warps, 16 over 8, no cache
     policy, split / 2 and x 2."""
     from modeld.kernels.linear import gemv_fp8_batch as fb
     cands = {"2b w2": dict(blocks=2, num_warps=2), "4b w4": dict(blocks=4), "8b w4": dict(blocks=8),
              "16b w4": dict(blocks=16), "16b w8": dict(blocks=16, num_warps=8), "no cache policy": dict(weight_policy="")}
-    _sweep_batch(fb, "fp8", (fb.FP8_BATCH_ENV, "tile"), "fp8 batch", {"1b w4": dict(blocks=1)} if dry else cands,
-                 reps, gen, dry)
+    _sweep_batch(fb, "fp8", (fb.FP8_BATCH_ENV, "tile"), (fb.FP8_BATCH_ENV, "mma16"), "fp8 batch",
+                 {"1b w4": dict(blocks=1)} if dry else cands, reps, gen, dry)
 
 
 def gemv_sections(sections, reps, gen, dry=False):

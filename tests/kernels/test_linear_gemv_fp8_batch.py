@@ -89,15 +89,20 @@ def test_fp8_batch_usable_rules(device):
 
 
 def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch):
-    """2 <= M <= 16 fp8 calls go to the batched kernel unless MODELD_GEMV_FP8_BATCH=tile (read per call); M == 1 and
-    M == 17 do not; unknown values are refused."""
+    """By default 2 <= M <= 8 fp8 calls go to the batched kernel and M 9..16 to the skinny tile;
+    MODELD_GEMV_FP8_BATCH=mma16 sends M up to 16 there, =tile none (read per call); M == 1 and M == 17 never go;
+    unknown values are refused."""
     calls = count_launches(monkeypatch, fb, "launch_fp8_batch")
     x, ws = fp8_problem(17, 40, 256, True, gen, device)
     monkeypatch.delenv(fb.FP8_BATCH_ENV, raising=False)
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="routed fp8 batch")
+    assert len(calls) == 1
+    assert_close(tt.swiglu_linear_fp8(x[:12], *ws), want(x[:12], ws, True), what="fp8 M 12, default: the tile")
+    tt.swiglu_linear_fp8(x[:1], *ws)
+    assert len(calls) == 1
+    monkeypatch.setenv(fb.FP8_BATCH_ENV, "mma16")
     assert_close(tt.swiglu_linear_fp8(x[:16], *ws), want(x[:16], ws, True), what="routed fp8 batch, M 16")
     assert len(calls) == 2
-    tt.swiglu_linear_fp8(x[:1], *ws)
     tt.swiglu_linear_fp8(x, *ws)
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "tile")
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="fp8 skinny tile")

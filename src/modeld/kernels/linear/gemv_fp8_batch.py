@@ -37,20 +37,31 @@ from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
 from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _store_tokens, batch_split, finish_batch, occupancy_split,
                                                    token_sets)
 
-__all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "usable", "pick", "launch_fp8_batch"]
+__all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "routed", "usable", "pick",
+           "launch_fp8_batch"]
 
-# Which kernel serves fp8 calls with 2 <= M <= 16: "mma" (this module, wherever `usable`) or "tile" (the skinny tl.dot
-# tile of linear.triton). $MODELD_GEMV_FP8_BATCH, read per call, overrides it (one process can A/B them).
+# Which kernel serves fp8 calls with 2 <= M <= 16: "mma" (this module for M <= 8, the skinny tl.dot tile of
+# linear.triton for 9..16), "mma16" (this module for every M it can take) or "tile" (the tile for all).
+# $MODELD_GEMV_FP8_BATCH, read per call, overrides it (one process can A/B them). M 9..16 stay on the tile by default:
+# the 27B fp8 engine at 16 slots ran 0.971x / 0.995x with "mma16" in two same-process A/Bs (PDL on), although the
+# M 16 kernels alone are faster at 4 of 5 shapes (KNOWLEDGE/optimizations/gemv-batch-two-token-sets.md).
 FP8_BATCH = "mma"
 FP8_BATCH_ENV = "MODELD_GEMV_FP8_BATCH"
+_POLICY_MAX_M = {"mma": 8, "mma16": MAX_M, "tile": 0}
 
 
 def fp8_batch() -> str:
-    """$MODELD_GEMV_FP8_BATCH if set, else FP8_BATCH. Raises KernelValueError for anything but "mma" / "tile"."""
+    """$MODELD_GEMV_FP8_BATCH if set, else FP8_BATCH. Raises KernelValueError for anything but "mma" / "mma16" /
+    "tile"."""
     v = os.environ.get(FP8_BATCH_ENV) or FP8_BATCH
-    if v not in ("mma", "tile"):
-        raise KernelValueError(f"{FP8_BATCH_ENV}={v!r}: expected mma or tile")
+    if v not in _POLICY_MAX_M:
+        raise KernelValueError(f"{FP8_BATCH_ENV}={v!r}: expected mma, mma16 or tile")
     return v
+
+
+def routed(m: int) -> bool:
+    """Whether the policy (`fp8_batch`) sends an fp8 call with m tokens here (given `usable`)."""
+    return 2 <= m <= _POLICY_MAX_M[fp8_batch()]
 
 
 @dataclass(frozen=True)

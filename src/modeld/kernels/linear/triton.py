@@ -12,7 +12,8 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
   prefill tile on sm_90), cp.async-pipelined over num_stages.
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
 `gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
-fp8 calls with 2 <= M <= 16 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here).
+fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
+=mma16: there up to M 16).
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
@@ -332,7 +333,7 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     y = torch.empty((m, n), dtype=out_dtype, device=device)
     if m == 0 or n == 0:
         return y
-    if config is None and fmt == FMT_FP8 and _gemv_fp8_batch.usable(x, w) and _gemv_fp8_batch.fp8_batch() == "mma":
+    if config is None and fmt == FMT_FP8 and _gemv_fp8_batch.usable(x, w) and _gemv_fp8_batch.routed(m):
         fcfg = _gemv_fp8_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting(), m)
         return _gemv_fp8_batch.launch_fp8_batch(x, w, ws, y, swiglu, fcfg, kernel=_gemv_fp8_batch_kernel,
                                                 finish=_gemv_batch_finish_kernel)
