@@ -28,12 +28,13 @@ def tokens(m, k, gen, device, scale=2.0):
 
 
 # (M, N, K, G, swiglu, blocks, split): M = 2 / 3 / 5 / 8 (tokens past M masked in the lanes and at the store),
-# M = 9 / 12 / 16 (two token sets, the second partly masked),
+# M = 9 / 12 / 16 (two token sets, the second partly masked), 16 blocks over 4 warps (4 blocks per warp),
 # N not a multiple of 16 (rows g + 8 masked apart from rows g), an odd number of chunks (the pair's second chunk
 # empty), G = 256 (two chunks per scale), split-K with an uneven last split (the finish launch).
 CPU_CASES = [(2, 37, 384, 128, False, 2, 1), (8, 20, 1024, 256, True, 1, 3), (3, 48, 640, 128, False, 2, 2),
              (5, 70, 1280, 128, True, 2, 1), (8, 64, 256, 128, False, 1, 1), (2, 16, 1152, 128, True, 1, 4),
-             (9, 37, 384, 128, True, 2, 1), (16, 20, 1024, 256, False, 1, 3), (12, 48, 640, 128, True, 2, 2)]
+             (9, 37, 384, 128, True, 2, 1), (16, 20, 1024, 256, False, 1, 3), (12, 48, 640, 128, True, 2, 2),
+             (12, 300, 256, 128, False, 16, 1)]
 
 
 @pytest.mark.parametrize("m,n,k,group,swiglu,blocks,split", CPU_CASES,
@@ -118,7 +119,9 @@ def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypa
     x = tokens(m, k, gen, device)
     want = int4_want(x, ws, swiglu)
     pick = hb.pick(90, swiglu, n, k, 132, False, m)
-    for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy="")):
+    # 16 blocks over 4 warps: the candidate for M > 8 without SwiGLU (KNOWLEDGE/optimizations/gemv-batch-two-token-sets.md)
+    for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy=""),
+                hb.HmmaBatchConfig(16, 4, 2)):
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         assert_close(hb.launch_int4_hmma_batch(x, *ws, y, swiglu, 128, cfg), want, what=f"hmma batch M={m} {cfg}")
     got = {}
