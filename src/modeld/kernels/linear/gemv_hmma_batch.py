@@ -195,6 +195,15 @@ def _chunk_two_sets(wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, ASM: tl.constexpr, N
 
 
 @triton.jit
+def _add_two_sets(acc, acc8, wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, s, mm, xs, xr, ASM: tl.constexpr,
+                  NB: tl.constexpr):
+    """(acc, acc8) after one chunk for token sets 0 (x pairs p*, sums xs) and 1 (r*, xr): += s C + (m - 128 s) X,
+    summed in the order of the one-set update (s C + (m - 128 s) X first, then onto the accumulator)."""
+    ca, cb = _chunk_two_sets(wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, ASM, NB)
+    return acc + (s * ca + mm * xs), acc8 + (s * cb + mm * xr)
+
+
+@triton.jit
 def _xsum(p0, p1, p2, p3, ASM: tl.constexpr):
     if ASM:
         return tl.inline_asm_elementwise(asm=_XSUM_ASM, constraints="=f,=f,=f,=f," + "r," * 15 + "r",
@@ -326,19 +335,13 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
         if TS == 2:
             xr = _xsum(r0, r1, r2, r3, ASM)
             xr1 = _xsum(v0, v1, v2, v3, ASM)
-            ca, cb = _chunk_two_sets(wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, ASM, NB)
-            acc += s0 * ca + m0 * xs
-            acc8 += s0 * cb + m0 * xr
-            ca, cb = _chunk_two_sets(wg1, wh1, q0, q1, q2, q3, v0, v1, v2, v3, ASM, NB)
-            acc += s1 * ca + m1 * xs1
-            acc8 += s1 * cb + m1 * xr1
+            acc, acc8 = _add_two_sets(acc, acc8, wg, wh, p0, p1, p2, p3, r0, r1, r2, r3, s0, m0, xs, xr, ASM, NB)
+            acc, acc8 = _add_two_sets(acc, acc8, wg1, wh1, q0, q1, q2, q3, v0, v1, v2, v3, s1, m1, xs1, xr1, ASM, NB)
             if SWIGLU:
-                ca, cb = _chunk_two_sets(ug, uh, p0, p1, p2, p3, r0, r1, r2, r3, ASM, NB)
-                uacc += su0 * ca + mu0 * xs
-                uacc8 += su0 * cb + mu0 * xr
-                ca, cb = _chunk_two_sets(ug1, uh1, q0, q1, q2, q3, v0, v1, v2, v3, ASM, NB)
-                uacc += su1 * ca + mu1 * xs1
-                uacc8 += su1 * cb + mu1 * xr1
+                uacc, uacc8 = _add_two_sets(uacc, uacc8, ug, uh, p0, p1, p2, p3, r0, r1, r2, r3, su0, mu0, xs, xr,
+                                            ASM, NB)
+                uacc, uacc8 = _add_two_sets(uacc, uacc8, ug1, uh1, q0, q1, q2, q3, v0, v1, v2, v3, su1, mu1, xs1,
+                                            xr1, ASM, NB)
         else:
             acc += s0 * _chunk_tokens(wg, wh, p0, p1, p2, p3, ASM, NB) + m0 * xs
             acc += s1 * _chunk_tokens(wg1, wh1, q0, q1, q2, q3, ASM, NB) + m1 * xs1
