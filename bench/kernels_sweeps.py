@@ -11,6 +11,8 @@ import dataclasses
 import os
 from contextlib import contextmanager
 
+import torch
+
 import bench.kernels as K
 import bench.kernels_attention as A
 
@@ -224,6 +226,39 @@ def gemv_equal_bytes(reps, gen, dry=False):
                                    reps, gen, baseline=False)
 
 
+def gemv_size_ceiling(reps, gen, dry=False):
+    """The roofline of one launch at each decode GEMV's own byte count: beside every default M == 1 GEMV (bf16, fp8,
+    int4 g128, the 27B shapes), torch's own streaming kernels over the same bytes, in the same run: a copy
+    (`torch.mul(src, 1.0, out=dst)`: half the bytes read, half written) and a read (`torch.sum` of all of them into
+    fp32), each rotated over as many buffers as exceed 3x L2. The faster is the size-matched ceiling; the row
+    "[vs same-bytes ceiling]" gives the GEMV's fraction of it (ceiling p50 / GEMV p50). The 2 GiB copy of
+    `ceilings()` is the other roofline, the one TARGETS.md's fractions use."""
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        rows = 2 * n if sw else n
+        for fmt in ("bf16", "fp8", "int4g128"):
+            K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
+            row = K.ROWS[-1]
+            if "p50_ms" not in row:
+                continue
+            nbytes = K._make_weights(fmt, 1, k, gen)[1] * rows + 2 * k + 2 * n
+            sets = K.n_sets_for(nbytes)
+            half = max(1, nbytes // 4)  # bf16 elements in half the bytes
+            src = [torch.randn(2 * half, device=K.DEV, generator=gen).bfloat16() for _ in range(sets)]
+            dst = [torch.empty(half, device=K.DEV, dtype=torch.bfloat16) for _ in range(sets)]
+            best = None
+            for name, call in (("copy (torch.mul)", lambda i: torch.mul(src[i][:half], 1.0, out=dst[i])),
+                               ("read (torch.sum)", lambda i: torch.sum(src[i], dtype=torch.float32))):
+                p50, p90 = K.time_calls(call, sets, reps)
+                tbps = 4 * half / (p50 * 1e-3) / 1e12
+                K.add_row(f"ceiling at the bytes of {label} {fmt} [{name}]", f"{4 * half / 1e6:.1f} MB", "TB/s", p50,
+                          p90, tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "copy bandwidth")
+                best = p50 if best is None else min(best, p50)
+            K.add_row(f"linear [vs same-bytes ceiling] {label}", row["shape"], "fraction of the size-matched ceiling",
+                      row["p50_ms"], row["p90_ms"], row["value"], "TB/s", best / row["p50_ms"],
+                      "best of copy / read over the same bytes, same run")
+            del src, dst
+
+
 def sweep_gemv_ba(reps, gen):
     """gdn.ba (the GDN gates, 2 x 48 rows, bf16 in every profile): 48 of these per 27B token. v1 runs
     24 programs; v2 with split-K spreads K over many more (below V2_MIN_WEIGHTS, so in the engine v2
@@ -341,3 +376,5 @@ def gemv_sections(sections, reps, gen, dry=False):
         gemv_split_finish(reps, gen)
     if "gemv-equal-bytes" in sections:
         gemv_equal_bytes(reps, gen, dry=dry)
+    if "size-ceiling" in sections:
+        gemv_size_ceiling(reps, gen, dry=dry)
