@@ -16,12 +16,13 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 
 SHAPES = ((17408, 5120, True), (5120, 17408, False), (5120, 6144, False))
 
 
-def fingerprints(pdl: str) -> dict:
+def fingerprints(pdl: str, ignore_param_offsets: bool = False) -> dict:
     os.environ["MODELD_PDL"] = pdl  # read per launch
     import torch
 
@@ -39,8 +40,11 @@ def fingerprints(pdl: str) -> dict:
     def record(tag, thunk):
         for i, (jit, grid, a, kw) in enumerate(feas._record(mods, thunk)):
             kernel, regs, spills = feas._compile_offline(jit, a, kw)
-            sass = "\n".join(line for line in kernel.asm["sass"].splitlines()
-                             if not line.strip().startswith("//") and "code for" not in line)
+            lines = [line for line in kernel.asm["sass"].splitlines()
+                     if not line.strip().startswith("//") and "code for" not in line]
+            if ignore_param_offsets:  # a new kernel argument moves every later one in the constant bank
+                lines = [re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[param]", line) for line in lines if "ULDC" not in line]
+            sass = "\n".join(lines)
             out[f"{tag}:{i}:{jit.__name__}"] = [hashlib.sha256(sass.encode()).hexdigest()[:16], regs, spills, str(grid)]
 
     for n, k, swiglu in SHAPES:
@@ -64,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", help="an earlier --out file: list the launches whose SASS differs")
     ap.add_argument("--pdl", default="1", help="MODELD_PDL for the recorded launches (default 1)")
     ap.add_argument("--root", help="the tree to fingerprint (default: this file's repository)")
+    ap.add_argument("--ignore-param-offsets", action="store_true",
+                    help="hash the SASS with constant-bank (kernel argument) offsets masked and ULDC lines dropped: "
+                         "for a change that adds a kernel argument but should leave the code as it was")
     a = ap.parse_args(argv)
     root = os.path.abspath(a.root or os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     sys.path[:0] = [os.path.join(root, "src"), root]
-    got = fingerprints(a.pdl)
+    got = fingerprints(a.pdl, a.ignore_param_offsets)
     with open(a.out, "w") as f:
         json.dump(got, f, indent=1)
     print(f"{len(got)} launches -> {a.out}")

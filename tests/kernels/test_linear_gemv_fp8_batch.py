@@ -112,6 +112,32 @@ def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch
         fb.fp8_batch()
 
 
+class _NoLaunch:
+    """A finish kernel that must not be launched (the fused finish runs inside the GEMV launch)."""
+
+    def __getitem__(self, grid):
+        raise AssertionError("the finish kernel was launched under MODELD_GEMV_BATCH_FINISH=fused")
+
+
+@pytest.mark.parametrize("m,swiglu", [(4, True), (11, False)], ids=["M4-swiglu", "M11"])
+def test_fp8_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poisoned_outputs, monkeypatch):
+    """MODELD_GEMV_BATCH_FINISH=fused (gemv_hmma_batch's switch): the in-launch finish equals the finish launch
+    bit for bit and leaves the counters at zero."""
+    from modeld.kernels.linear import gemv_hmma_batch as hb
+    from modeld.kernels.linear import gemv_split
+
+    x, ws = fp8_problem(m, 37, 320, swiglu, gen, device)
+    cfg = fb.Fp8BatchConfig(2, 4, 3)  # 5 chunks of 64 over 3 splits: 2 + 2 + 1
+    got = {}
+    for mode in ("kernel", "fused"):
+        monkeypatch.setenv(hb.BATCH_FINISH_ENV, mode)
+        y = torch.empty(m, 37, dtype=torch.bfloat16, device=device)
+        got[mode] = fb.launch_fp8_batch(x, *ws, y, swiglu, cfg, finish=_NoLaunch() if mode == "fused" else None)
+    assert torch.equal(got["fused"], got["kernel"])
+    assert int(gemv_split.split_counter_buffer(torch.device(device)).count_nonzero()) == 0
+    assert_close(got["fused"], want(x, ws, swiglu), what=f"fp8 batch fused finish M={m}")
+
+
 def test_pick_fills_the_gpu():
     for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144), (False, 16384, 5120),
                          (False, 14336, 5120)):
@@ -152,6 +178,11 @@ def test_gpu_fp8_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypat
         monkeypatch.setenv("MODELD_PDL", pdl)
         got.append(fb.launch_fp8_batch(x, *ws, torch.empty(m, n, dtype=torch.bfloat16, device=device), swiglu, pick))
     assert all(torch.equal(v, got[0]) for v in got)
+    if pick.split_k > 1:  # the fused split-K finish: bit-identical to the finish launch
+        from modeld.kernels.linear import gemv_hmma_batch as hb
+        monkeypatch.setenv(hb.BATCH_FINISH_ENV, "fused")
+        fused = fb.launch_fp8_batch(x, *ws, torch.empty(m, n, dtype=torch.bfloat16, device=device), swiglu, pick)
+        assert torch.equal(fused, got[-1])
 
 
 @pytest.mark.gpu

@@ -90,6 +90,37 @@ def test_hmma_batch_routing(gen, device, poisoned_outputs, monkeypatch):
     assert len(calls) == 2
 
 
+class _NoLaunch:
+    """A finish kernel that must not be launched (the fused finish runs inside the GEMV launch)."""
+
+    def __getitem__(self, grid):
+        raise AssertionError("the finish kernel was launched under MODELD_GEMV_BATCH_FINISH=fused")
+
+
+@pytest.mark.parametrize("m,swiglu", [(3, True), (12, False)], ids=["M3-swiglu", "M12"])
+def test_hmma_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poisoned_outputs, monkeypatch):
+    """MODELD_GEMV_BATCH_FINISH=fused: the last program of each row tile sums every token's partials inside the
+    launch, in the finish launch's order (bit-identical), and re-zeroes its counter; an unknown value is refused."""
+    from modeld.kernels.errors import KernelValueError
+    from modeld.kernels.linear import gemv_split
+
+    _, ws = int4_problem(37, 640, 128, swiglu, gen, device)
+    x = tokens(m, 640, gen, device)
+    cfg = hb.HmmaBatchConfig(2, 4, 3)  # 5 chunks over 3 splits: 2 + 2 + 1
+    got = {}
+    for mode in ("kernel", "fused"):
+        monkeypatch.setenv(hb.BATCH_FINISH_ENV, mode)
+        y = torch.empty(m, 37, dtype=torch.bfloat16, device=device)
+        finish = _NoLaunch() if mode == "fused" else None
+        got[mode] = hb.launch_int4_hmma_batch(x, *ws, y, swiglu, 128, cfg, finish=finish)
+    assert torch.equal(got["fused"], got["kernel"])
+    assert int(gemv_split.split_counter_buffer(torch.device(device)).count_nonzero()) == 0
+    assert_close(got["fused"], int4_want(x, ws, swiglu), what=f"hmma batch fused finish M={m}")
+    monkeypatch.setenv(hb.BATCH_FINISH_ENV, "last")
+    with pytest.raises(KernelValueError, match=hb.BATCH_FINISH_ENV):
+        hb.batch_finish()
+
+
 def test_pick_fills_the_gpu():
     for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144), (False, 16384, 5120),
                          (False, 14336, 5120)):
@@ -119,7 +150,7 @@ def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypa
     x = tokens(m, k, gen, device)
     want = int4_want(x, ws, swiglu)
     pick = hb.pick(90, swiglu, n, k, 132, False, m)
-    # 16 blocks over 4 warps: the candidate for M > 8 without SwiGLU (KNOWLEDGE/optimizations/gemv-batch-two-token-sets.md)
+    # 16 blocks over 4 warps: the M > 8 candidate without SwiGLU (KNOWLEDGE/optimizations/gemv-batch-two-token-sets.md)
     for cfg in (pick, hb.HmmaBatchConfig(2, 2, 1), hb.HmmaBatchConfig(8, 4, 3, weight_policy=""),
                 hb.HmmaBatchConfig(16, 4, 2)):
         y = torch.empty(m, n, dtype=torch.bfloat16, device=device)
@@ -131,3 +162,8 @@ def test_gpu_hmma_batch(m, n, k, swiglu, gen, device, poisoned_outputs, monkeypa
         got[pdl, xl] = hb.launch_int4_hmma_batch(x, *ws, torch.empty(m, n, dtype=torch.bfloat16, device=device), swiglu,
                                                  128, pick)
     assert all(torch.equal(v, got["0", "plain"]) for v in got.values())
+    if pick.split_k > 1:  # the fused split-K finish: bit-identical to the finish launch
+        monkeypatch.setenv(hb.BATCH_FINISH_ENV, "fused")
+        fused = hb.launch_int4_hmma_batch(x, *ws, torch.empty(m, n, dtype=torch.bfloat16, device=device), swiglu, 128,
+                                          pick)
+        assert torch.equal(fused, got["1", "nc"])

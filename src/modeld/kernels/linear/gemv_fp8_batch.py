@@ -34,8 +34,8 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
-from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _store_tokens, batch_split, finish_batch, occupancy_split,
-                                                   token_sets)
+from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _batch_split_finish, _store_tokens, batch_split,
+                                                   finish_batch, occupancy_split, token_sets)
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "routed", "usable", "pick",
            "launch_fp8_batch"]
@@ -222,10 +222,10 @@ def _mma_two_sets(wg, wh, b0, b1, c0, c1, acc, acc8, ASM: tl.constexpr, NB: tl.c
 
 
 @triton.jit
-def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w, stride_ym,
-                           up_offset, SWIGLU: tl.constexpr, NB: tl.constexpr, SPLIT: tl.constexpr,
+def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, M, N, NC, CPP, stride_xm, stride_w,
+                           stride_ym, up_offset, SWIGLU: tl.constexpr, NB: tl.constexpr, SPLIT: tl.constexpr,
                            EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, PDL: tl.constexpr,
-                           TS: tl.constexpr):
+                           TS: tl.constexpr, FUSED: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows) of all M tokens over the 64-k chunks
     # [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 4]; ws_ptr: fp32 [rows].
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b). PDL: wait first.
@@ -279,6 +279,8 @@ def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, M, N, NC, CPP,
     if TS == 2:
         _store_tokens(y_ptr, part_ptr, acc8 * sg, uacc8 * su, out_rows, rmask, tok + 8, M, N, pid_k, stride_ym,
                       SWIGLU, SPLIT)
+    if FUSED:  # SPLIT > 1: the row tile's last program finishes every token (gemv_hmma_batch)
+        _batch_split_finish(part_ptr, y_ptr, cnt_ptr, n0 + tl.arange(0, 16 * NB), M, N, stride_ym, SPLIT, SWIGLU)
 
 
 def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None, finish=None) -> torch.Tensor:
@@ -288,15 +290,14 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     (launch recorders). split_k > 1 adds fp32 partials and a finish launch."""
     m, n = y.shape
     nc = x.shape[1] // 64
-    split, cpp, part = batch_split(y, nc, cfg.split_k)
-    grid = (triton.cdiv(n, 16 * cfg.blocks), split)
+    tiles = triton.cdiv(n, 16 * cfg.blocks)
+    split, cpp, part, fused, cnt = batch_split(y, nc, cfg.split_k, tiles)
     pdl = pdl_mode()
-    (kernel or _gemv_fp8_batch_kernel)[grid](
-        x.view(torch.int32), w.view(torch.int32), ws, y, part, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
+    (kernel or _gemv_fp8_batch_kernel)[(tiles, split)](
+        x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
         y.stride(0), n, SWIGLU=swiglu, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,
-        ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, TS=token_sets(m), num_warps=cfg.num_warps,
-        num_stages=1,
-        **launch_options(pdl != 0),
+        ASM=not interpreting(), POLICY=cfg.weight_policy, PDL=pdl, TS=token_sets(m), FUSED=fused,
+        num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
-    finish_batch(part, y, split, swiglu, finish)
+    finish_batch(part, y, split, swiglu, fused, finish)
     return y

@@ -30,6 +30,7 @@ finish are tested on CPU, the PTX on the H200 (`-m gpu`). Inline-asm sites: KNOW
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -38,15 +39,23 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
+from modeld.kernels.errors import KernelValueError
 from modeld.kernels._pdl import launch_options, light_kwargs, light_prologue, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _HMMA_WORD, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
-from modeld.kernels.linear.gemv_split import _finish_rows
+from modeld.kernels.linear.gemv_split import _finish_rows, reserve_split_counters
 
-__all__ = ["HmmaBatchConfig", "MAX_M", "usable", "pick", "token_sets", "occupancy_split", "batch_split",
-           "finish_batch", "launch_int4_hmma_batch"]
+__all__ = ["HmmaBatchConfig", "MAX_M", "BATCH_FINISH", "BATCH_FINISH_ENV", "batch_finish", "usable", "pick",
+           "token_sets", "occupancy_split", "batch_split", "finish_batch", "launch_int4_hmma_batch"]
 
 MAX_M = 16  # tokens per launch: two sets of the 8 columns of one mma m16n8k16
+# How the batched kernels (this one and gemv_fp8_batch) finish split-K partials: "kernel" = a second launch over
+# (row tiles, tokens), "fused" = the last arriving program of each row tile sums every token's partials inside the
+# GEMV launch (gemv_split's counters and summation, so bit-identical; one graph node less per call). "kernel" stays
+# the default until the H200 A/B: the last arriver finishes M tokens serially, a longer tail than at M == 1.
+# $MODELD_GEMV_BATCH_FINISH, read per call, overrides it.
+BATCH_FINISH = "kernel"
+BATCH_FINISH_ENV = "MODELD_GEMV_BATCH_FINISH"
 
 # The chunk's HMMA chain from zero: `_HMMA_ASM` with its accumulator inputs replaced by 0 (d = A.B over the chunk).
 _HMMA_ZERO_ASM = tl.constexpr(_HMMA_ASM.value.replace("mov.f32 d0, $28;", "mov.f32 d0, 0f00000000;")
@@ -85,6 +94,15 @@ _XSUM_ASM = tl.constexpr(
     + "".join(f"mov.f32 d{i}, 0f00000000;\n" for i in range(4))
     + "".join(_XSUM_WORD.format(p0=4 + w, p1=8 + w, p2=12 + w, p3=16 + w) for w in range(4))
     + "".join(f"mov.f32 ${i}, d{i};\n" for i in range(4)) + "}")
+
+
+def batch_finish() -> str:
+    """$MODELD_GEMV_BATCH_FINISH if set, else BATCH_FINISH. Raises KernelValueError for anything but "kernel" /
+    "fused"."""
+    v = os.environ.get(BATCH_FINISH_ENV) or BATCH_FINISH
+    if v not in ("kernel", "fused"):
+        raise KernelValueError(f"{BATCH_FINISH_ENV}={v!r}: expected kernel or fused")
+    return v
 
 
 @dataclass(frozen=True)
@@ -282,10 +300,24 @@ def _store_tokens(y_ptr, part_ptr, acc, uacc, out_rows, smask, tok, M, N, pid_k,
 
 
 @triton.jit
-def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M, N, NC, CPP, stride_xm, stride_w,
-                                 stride_s, stride_ym, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr,
+def _batch_split_finish(part_ptr, y_ptr, cnt_ptr, rows, M, N, stride_ym, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
+    """Last-arriver finish of row tile program_id(0), called after the program stored all its tokens' partials:
+    the CTA barrier orders every thread's stores before the acq_rel atomic; the program that sees SPLIT - 1 earlier
+    arrivals re-zeroes the counter and writes y[token, rows] for every token from its partials [SPLIT, 2N], in split
+    order (`_finish_rows`, as the finish launch). Shared with gemv_fp8_batch. MUTATES the counter and y."""
+    cnt = cnt_ptr + tl.program_id(0)
+    tl.debug_barrier()
+    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        tl.store(cnt, 0)
+        for tok in range(M):
+            _finish_rows(part_ptr + tok * SPLIT * 2 * N, y_ptr + tok * stride_ym, rows, N, SPLIT, SWIGLU)
+
+
+@triton.jit
+def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, M, N, NC, CPP, stride_xm,
+                                 stride_w, stride_s, stride_ym, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr,
                                  NB: tl.constexpr, SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr,
-                                 POLICY: tl.constexpr, PDL: tl.constexpr, TS: tl.constexpr):
+                                 POLICY: tl.constexpr, PDL: tl.constexpr, TS: tl.constexpr, FUSED: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) of all M tokens over the CPP
     # chunks of 128 k [c_lo, c_hi). x_ptr: x as int32 pairs [M, stride_xm]; w_ptr: int32 words [rows, K / 8].
     # Tensors are [4 (t), 8 (g), NB (b), 4 (w)] as in gemv_hmma (lane = 4 g + t, warps split b). TS token sets
@@ -353,6 +385,8 @@ def _gemv_int4_hmma_batch_kernel(x_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, M,
     _store_tokens(y_ptr, part_ptr, acc, uacc, out_rows, smask, tok, M, N, pid_k, stride_ym, SWIGLU, SPLIT)
     if TS == 2:
         _store_tokens(y_ptr, part_ptr, acc8, uacc8, out_rows, smask, tok + 8, M, N, pid_k, stride_ym, SWIGLU, SPLIT)
+    if FUSED:  # SPLIT > 1: the row tile's last program finishes every token (same order as the finish launch)
+        _batch_split_finish(part_ptr, y_ptr, cnt_ptr, n0 + tl.arange(0, 16 * NB), M, N, stride_ym, SPLIT, SWIGLU)
 
 
 @triton.jit
@@ -365,22 +399,28 @@ def _gemv_batch_finish_kernel(part_ptr, y_ptr, N, stride_ym, SPLIT: tl.constexpr
                  N, SPLIT, SWIGLU)
 
 
-def batch_split(y: torch.Tensor, chunks: int, split_k: int) -> tuple[int, int, torch.Tensor]:
-    """(split, chunks per split, partials) of a batched launch over `chunks` K chunks with about split_k splits:
-    chunks per split rounded up to even (a loop iteration takes a pair: one 128-byte line of a row; G = 256 scales
-    start on an even chunk), partials fp32 [M, split, 2N] (token-major: each token's block is gemv_split's layout),
-    or y itself when split == 1. Shared with gemv_fp8_batch."""
+def batch_split(y: torch.Tensor, chunks: int, split_k: int,
+                row_tiles: int) -> tuple[int, int, torch.Tensor, bool, torch.Tensor]:
+    """(split, chunks per split, partials, fused, counters) of a batched launch over `chunks` K chunks with about
+    split_k splits and `row_tiles` programs along N: chunks per split rounded up to even (a loop iteration takes a
+    pair: one 128-byte line of a row; G = 256 scales start on an even chunk), partials fp32 [M, split, 2N]
+    (token-major: each token's block is gemv_split's layout) or y itself when split == 1, whether the last arriver
+    finishes them (`batch_finish`) and its counters (gemv_split's; else the partials, unused). Shared with
+    gemv_fp8_batch. Raises gemv_split.GemvWorkspaceError when a capture finds no reserved counters."""
     m, n = y.shape
     cpp = triton.cdiv(chunks, max(1, min(split_k, chunks)))
     cpp += cpp % 2
     split = triton.cdiv(chunks, cpp)
     part = torch.empty((m, split, 2 * n), dtype=torch.float32, device=y.device) if split > 1 else y
-    return split, cpp, part
+    fused = split > 1 and batch_finish() == "fused"
+    return split, cpp, part, fused, reserve_split_counters(y.device, row_tiles) if fused else part
 
 
-def finish_batch(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, finish=None) -> None:
-    """When split > 1, the launch that sums each token's partials into y (SwiGLU applied); MUTATES y."""
-    if split > 1:
+def finish_batch(part: torch.Tensor, y: torch.Tensor, split: int, swiglu: bool, fused: bool = False,
+                 finish=None) -> None:
+    """When split > 1 and the GEMV launch did not finish them (fused), the launch that sums each token's partials
+    into y (SwiGLU applied); MUTATES y."""
+    if split > 1 and not fused:
         m, n = y.shape
         (finish or _gemv_batch_finish_kernel)[(triton.cdiv(n, 1024), m)](
             part, y, n, y.stride(0), SPLIT=split, SWIGLU=swiglu, BLOCK=1024, **light_kwargs(), num_warps=4)
@@ -391,18 +431,19 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
     """y [M, N] <- x [M, K] . W^T for packed int4 W (SwiGLU over its 2N rows), 2 <= M <= 16. Mutates y only.
 
     Inputs were checked by `linear.triton`'s wrapper and `usable`. `kernel` / `finish` override the JIT
-    functions (launch recorders replace module globals). split_k > 1 adds fp32 partials and a finish launch.
+    functions (launch recorders replace module globals). split_k > 1 adds fp32 partials and a finish launch (or,
+    under MODELD_GEMV_BATCH_FINISH=fused, the last-arriver finish inside this launch).
     """
     m, n = y.shape
     nc = x.shape[1] // 128
-    split, cpp, part = batch_split(y, nc, cfg.split_k)
-    grid = (triton.cdiv(n, 16 * cfg.blocks), split)
+    tiles = triton.cdiv(n, 16 * cfg.blocks)
+    split, cpp, part, fused, cnt = batch_split(y, nc, cfg.split_k, tiles)
     pdl = pdl_mode()
-    (kernel or _gemv_int4_hmma_batch_kernel)[grid](
-        x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, m, n, nc, cpp, x.stride(0) // 2,
+    (kernel or _gemv_int4_hmma_batch_kernel)[(tiles, split)](
+        x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, m, n, nc, cpp, x.stride(0) // 2,
         w.stride(0) // 4, ws.stride(0), y.stride(0), n, SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks,
         SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0, ASM=asm_mode(), POLICY=cfg.weight_policy, PDL=pdl,
-        TS=token_sets(m), num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        TS=token_sets(m), FUSED=fused, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
-    finish_batch(part, y, split, swiglu, finish)
+    finish_batch(part, y, split, swiglu, fused, finish)
     return y
