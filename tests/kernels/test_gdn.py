@@ -206,6 +206,21 @@ def test_decode_version_switch(gen, device, monkeypatch):
         tt.gdn_decode(*args, state.clone())
 
 
+def test_decode_v2_batch_tile_switch(gen, device, monkeypatch):
+    """$MODELD_GDN_BATCH_TILE picks v2's B > 1 tile per call (B = 1 keeps V2_DECODE_TILE); the result matches the
+    reference with it, and malformed values are refused."""
+    monkeypatch.setenv(tt.DECODE_ENV, "v2")
+    monkeypatch.setenv(tt.BATCH_TILE_ENV, "8,2")
+    assert tt.batch_tile() == (8, 2)
+    _check("gdn_decode", (3, 2, 4, 64, 33), gen, device)
+    monkeypatch.delenv(tt.BATCH_TILE_ENV)
+    assert tt.batch_tile() == tt.V2_BATCH_TILE
+    for bad in ("32", "24,2", "32,3", "a,b", "32,2,1"):
+        monkeypatch.setenv(tt.BATCH_TILE_ENV, bad)
+        with pytest.raises(KernelValueError, match=tt.BATCH_TILE_ENV):
+            tt.batch_tile()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("volatile", [True, False], ids=["volatile", "plain"])
 @pytest.mark.parametrize("tile", DECODE_V2_TILES, ids=lambda t: f"bv{t[0]}w{t[1]}")

@@ -60,6 +60,10 @@ DECODE_VERSIONS = ("v1", "v2")
 DECODE_KERNEL = "v2"
 V2_DECODE_TILE = (16, 1)
 V2_BATCH_TILE = (32, 4)
+# $MODELD_GDN_BATCH_TILE = "BLOCK_V,num_warps" (read per call) overrides V2_BATCH_TILE, so one process can A/B the
+# B > 1 tile in the engine: the kernel bench found (32, 2) 2-4 % faster than (32, 4) at B = 32 in two runs
+# (KNOWLEDGE/findings/kernels-status-h200.md), not yet measured at the engine's batch.
+BATCH_TILE_ENV = "MODELD_GDN_BATCH_TILE"
 # v2 issues its loads as volatile so that ptxas keeps them ahead of all math (see the kernel's docstring)
 V2_VOLATILE_LOADS = True
 # v2 programmatic dependent launch (`_gdn_decode_kernel`'s PDL): 0 off, 1 overlap the launch with the
@@ -102,6 +106,22 @@ def decode_version() -> str:
     return version
 
 
+def batch_tile() -> tuple[int, int]:
+    """(BLOCK_V, num_warps) of v2's B > 1 decode: $MODELD_GDN_BATCH_TILE ("32,2") if set, else V2_BATCH_TILE.
+    Raises KernelValueError unless BLOCK_V is a power of two in 8..128 and num_warps one of 1, 2, 4, 8."""
+    text = os.environ.get(BATCH_TILE_ENV)
+    if not text:
+        return V2_BATCH_TILE
+    try:
+        block_v, warps = (int(p) for p in text.split(","))
+    except ValueError:
+        block_v, warps = 0, 0
+    if block_v not in (8, 16, 32, 64, 128) or warps not in (1, 2, 4, 8):
+        raise KernelValueError(f"{BATCH_TILE_ENV}={text!r}: expected BLOCK_V,num_warps with BLOCK_V a power of two "
+                               f"in 8..128 and num_warps 1, 2, 4 or 8")
+    return block_v, warps
+
+
 def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
     """One token per sequence by `_gdn_decode_kernel`, grid (Dv/BLOCK_V, Hv, B). Mutates state.
     The interpreter gets the five-tl.sum form of the kernel's reduction (FUSED_REDUCE=False: its
@@ -112,7 +132,7 @@ def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
     o = torch.empty((B, Hv, Dv), dtype=v.dtype, device=v.device)
     if B == 0 or Hv == 0 or Dv == 0:
         return o
-    tile_v, warps = V2_BATCH_TILE if B > 1 else V2_DECODE_TILE
+    tile_v, warps = batch_tile() if B > 1 else V2_DECODE_TILE
     block_v = min(tile_v, triton.next_power_of_2(Dv))
     interp = interpreting()
     # MODELD_PDL=1 (kernels/_pdl.py) turns on mode 1 when V2_PDL does not pick one
