@@ -22,7 +22,8 @@ What changes against `gemv_hmma`:
   once for all 16 tokens, as a skinny tile would, but without its fp32 dequantisation.
 * no chunk limit per program (no column per chunk), so split-K only serves occupancy. Partials are fp32
   [M, SPLIT, 2N] (token-major, so each token's block is `gemv_split`'s [SPLIT, 2N]) finished by one launch over
-  (row tiles, M) that reuses `gemv_split._finish_rows`.
+  (row tiles, M) that reuses `gemv_split._finish_rows`, or (opt-in, `BATCH_FINISH`) by each row tile's last arriving
+  program inside the GEMV launch, with the same summation.
 The CPU interpreter runs no inline asm: ASM=False computes the same tensors with plain Triton ops
 (`_chunk_tokens_emulated`, `_xsum_emulated`), so the indexing, masks, per-chunk scaling, split-K and the
 finish are tested on CPU, the PTX on the H200 (`-m gpu`). Inline-asm sites: KNOWLEDGE/asm-inventory.md.
