@@ -316,7 +316,7 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
             b50, _ = time_calls(base, len(wb), reps)
         tbps = nbytes / (p50 * 1e-3) / 1e12
         add_row(f"linear{tag} {label}", shape, "TB/s", p50, p90, tbps, "TB/s", tbps / CEIL["copy_TBps"],
-                "copy bandwidth", "torch bf16 (cuBLAS) same shape", b50, cfg.__dict__ if cfg else None)
+                "copy bandwidth", "torch bf16 (cuBLAS) same shape", b50, cfg.__dict__ if cfg else None, bytes=nbytes)
     else:
         wb = weights[0][0] if fmt == "bf16" else torch.randn(n_rows, k, device=DEV, generator=gen).bfloat16()
         if swiglu:
@@ -351,8 +351,8 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-evict",
-            "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch", "gemv-split-finish", "gemv-equal-bytes", "size-ceiling", "skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention", "sweep-gemm")
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention",
+                          "sweep-gemm")
 
 
 def recurrent(out):

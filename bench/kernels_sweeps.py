@@ -226,7 +226,7 @@ def gemv_equal_bytes(reps, gen, dry=False):
                                    reps, gen, baseline=False)
 
 
-def gemv_size_ceiling(reps, gen, dry=False):
+def gemv_size_ceiling(reps, gen):
     """The roofline of one launch at each decode GEMV's own byte count: beside every default M == 1 GEMV (bf16, fp8,
     int4 g128, the 27B shapes), torch's own streaming kernels over the same bytes, in the same run: a copy
     (`torch.mul(src, 1.0, out=dst)`: half the bytes read, half written) and a read (`torch.sum` of all of them into
@@ -234,13 +234,12 @@ def gemv_size_ceiling(reps, gen, dry=False):
     "[vs same-bytes ceiling]" gives the GEMV's fraction of it (ceiling p50 / GEMV p50). The 2 GiB copy of
     `ceilings()` is the other roofline, the one TARGETS.md's fractions use."""
     for label, n, k, sw in K.LINEAR_SHAPES:
-        rows = 2 * n if sw else n
         for fmt in ("bf16", "fp8", "int4g128"):
             K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
             row = K.ROWS[-1]
             if "p50_ms" not in row:
                 continue
-            nbytes = K._make_weights(fmt, 1, k, gen)[1] * rows + 2 * k + 2 * n
+            nbytes = row["bytes"]
             sets = K.n_sets_for(nbytes)
             half = max(1, nbytes // 4)  # bf16 elements in half the bytes
             src = [torch.randn(2 * half, device=K.DEV, generator=gen).bfloat16() for _ in range(sets)]
@@ -377,4 +376,4 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "gemv-equal-bytes" in sections:
         gemv_equal_bytes(reps, gen, dry=dry)
     if "size-ceiling" in sections:
-        gemv_size_ceiling(reps, gen, dry=dry)
+        gemv_size_ceiling(reps, gen)

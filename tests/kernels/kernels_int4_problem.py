@@ -1,4 +1,5 @@
-"""An M == 1 int4 GEMV problem and its spec, shared by the int4 decode GEMV tests (gemv_mma, gemv_hmma).
+"""An M == 1 int4 GEMV problem and its spec, shared by the int4 decode GEMV tests (gemv_mma, gemv_hmma), and launch
+helpers of the decode GEMV tests (count_launches, NoLaunch).
 
 Imported by module name: pytest puts this folder on sys.path for its test modules (no __init__.py).
 """
@@ -19,6 +20,14 @@ def int4_problem(n, k, group, swiglu, gen, device, x_scale=2.0, w_shift=0.0):
     w = torch.randn(2 * n if swiglu else n, k, generator=g, device=device) / k**0.5 + w_shift
     x = (torch.randn(1, k, generator=g, device=device) * x_scale).bfloat16()
     return x, quant.quantize_int4(w, group)
+
+
+class NoLaunch:
+    """A `finish` override (the second, finishing launch of a split-K GEMV) that fails if it is launched: the
+    fused split finish must run inside the GEMV launch."""
+
+    def __getitem__(self, grid):
+        raise AssertionError("the finish kernel was launched although the split finish is fused")
 
 
 def count_launches(monkeypatch, module, name: str) -> list:

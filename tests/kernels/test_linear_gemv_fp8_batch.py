@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels_int4_problem import count_launches
+from kernels_int4_problem import NoLaunch, count_launches
 
 from modeld.kernels._testing import assert_close
 from modeld.kernels.errors import KernelValueError
@@ -112,13 +112,6 @@ def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch
         fb.fp8_batch()
 
 
-class _NoLaunch:
-    """A finish kernel that must not be launched (the fused finish runs inside the GEMV launch)."""
-
-    def __getitem__(self, grid):
-        raise AssertionError("the finish kernel was launched under MODELD_GEMV_BATCH_FINISH=fused")
-
-
 @pytest.mark.parametrize("m,swiglu", [(4, True), (11, False)], ids=["M4-swiglu", "M11"])
 def test_fp8_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poisoned_outputs, monkeypatch):
     """MODELD_GEMV_BATCH_FINISH=fused (gemv_hmma_batch's switch): the in-launch finish equals the finish launch
@@ -132,7 +125,7 @@ def test_fp8_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poisone
     for mode in ("kernel", "fused"):
         monkeypatch.setenv(hb.BATCH_FINISH_ENV, mode)
         y = torch.empty(m, 37, dtype=torch.bfloat16, device=device)
-        got[mode] = fb.launch_fp8_batch(x, *ws, y, swiglu, cfg, finish=_NoLaunch() if mode == "fused" else None)
+        got[mode] = fb.launch_fp8_batch(x, *ws, y, swiglu, cfg, finish=NoLaunch() if mode == "fused" else None)
     assert torch.equal(got["fused"], got["kernel"])
     assert int(gemv_split.split_counter_buffer(torch.device(device)).count_nonzero()) == 0
     assert_close(got["fused"], want(x, ws, swiglu), what=f"fp8 batch fused finish M={m}")

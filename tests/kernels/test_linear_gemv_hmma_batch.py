@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels_int4_problem import count_launches, int4_problem, int4_want
+from kernels_int4_problem import NoLaunch, count_launches, int4_problem, int4_want
 
 from modeld.kernels._testing import assert_close
 from modeld.kernels.linear import gemv_hmma as gh
@@ -90,13 +90,6 @@ def test_hmma_batch_routing(gen, device, poisoned_outputs, monkeypatch):
     assert len(calls) == 2
 
 
-class _NoLaunch:
-    """A finish kernel that must not be launched (the fused finish runs inside the GEMV launch)."""
-
-    def __getitem__(self, grid):
-        raise AssertionError("the finish kernel was launched under MODELD_GEMV_BATCH_FINISH=fused")
-
-
 @pytest.mark.parametrize("m,swiglu", [(3, True), (12, False)], ids=["M3-swiglu", "M12"])
 def test_hmma_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poisoned_outputs, monkeypatch):
     """MODELD_GEMV_BATCH_FINISH=fused: the last program of each row tile sums every token's partials inside the
@@ -111,7 +104,7 @@ def test_hmma_batch_fused_finish_is_bit_identical(m, swiglu, gen, device, poison
     for mode in ("kernel", "fused"):
         monkeypatch.setenv(hb.BATCH_FINISH_ENV, mode)
         y = torch.empty(m, 37, dtype=torch.bfloat16, device=device)
-        finish = _NoLaunch() if mode == "fused" else None
+        finish = NoLaunch() if mode == "fused" else None
         got[mode] = hb.launch_int4_hmma_batch(x, *ws, y, swiglu, 128, cfg, finish=finish)
     assert torch.equal(got["fused"], got["kernel"])
     assert int(gemv_split.split_counter_buffer(torch.device(device)).count_nonzero()) == 0

@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels_int4_problem import NoLaunch
+
 from modeld.kernels import _arrival as ar
 from modeld.kernels._testing import assert_close
 from modeld.kernels.errors import KernelValueError
@@ -21,13 +23,6 @@ from modeld.kernels.linear import gemv as gv
 from modeld.kernels.linear import gemv_mma as gm
 from modeld.kernels.linear import quant
 from modeld.kernels.linear import reference as ref
-
-
-class _NoLaunch:
-    """A `finish` override that fails if the fused path still launches the finish kernel."""
-
-    def __getitem__(self, grid):
-        pytest.fail("the fused split finish launched _gemv_finish_kernel")
 
 
 def _dev_gen(gen, device):
@@ -52,7 +47,7 @@ def _x(k, gen, device):
 def _run(mode, fmt, x, ws, n, swiglu, group, cfg, monkeypatch, out_dtype=torch.bfloat16):
     monkeypatch.setenv(gv.SPLIT_FINISH_ENV, mode)
     y = torch.empty(1, n, dtype=out_dtype, device=x.device)
-    finish = _NoLaunch() if mode == "fused" else None
+    finish = NoLaunch() if mode == "fused" else None
     return gv.launch_gemv(fmt, x, *ws, y, swiglu, group, cfg, finish=finish)
 
 
@@ -114,7 +109,7 @@ def test_fused_finish_mma(swiglu, gen, device, poisoned_outputs, monkeypatch):
     for mode in ("kernel", "fused"):
         monkeypatch.setenv(gv.SPLIT_FINISH_ENV, mode)
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-        out[mode] = gm.launch_int4_mma(x, *ws, y, swiglu, group, cfg, finish=_NoLaunch() if mode == "fused" else None)
+        out[mode] = gm.launch_int4_mma(x, *ws, y, swiglu, group, cfg, finish=NoLaunch() if mode == "fused" else None)
     assert torch.equal(out["fused"], out["kernel"])
     _counters_zero(device)
 

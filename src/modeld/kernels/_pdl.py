@@ -36,8 +36,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["PDL_ENV", "PDL_DEFAULT", "LIGHT_ENV", "LIGHT_DEFAULT", "pdl_mode", "pdl_on", "light_pdl", "light_launch", "light_kwargs",
-           "launch_options"]
+__all__ = ["PDL_ENV", "PDL_DEFAULT", "LIGHT_ENV", "LIGHT_DEFAULT", "pdl_mode", "pdl_on", "light_pdl", "light_launch",
+           "light_kwargs", "launch_options"]
 # device helpers: pdl_trigger, pdl_wait, light_prologue
 
 PDL_ENV = "MODELD_PDL"

@@ -34,8 +34,9 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
-from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _batch_split_finish, _store_tokens, batch_split,
-                                                   finish_batch, occupancy_split, token_sets)
+from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _store_tokens, batch_split, finish_batch, occupancy_split,
+                                                   token_sets)
+from modeld.kernels.linear.gemv_split import _batch_split_finish
 
 __all__ = ["Fp8BatchConfig", "FP8_BATCH", "FP8_BATCH_ENV", "fp8_batch", "routed", "usable", "pick",
            "launch_fp8_batch"]
@@ -279,7 +280,7 @@ def _gemv_fp8_batch_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, M, N,
     if TS == 2:
         _store_tokens(y_ptr, part_ptr, acc8 * sg, uacc8 * su, out_rows, rmask, tok + 8, M, N, pid_k, stride_ym,
                       SWIGLU, SPLIT)
-    if FUSED:  # SPLIT > 1: the row tile's last program finishes every token (gemv_hmma_batch)
+    if FUSED:  # SPLIT > 1: the row tile's last program finishes every token (gemv_split)
         _batch_split_finish(part_ptr, y_ptr, cnt_ptr, n0 + tl.arange(0, 16 * NB), M, N, stride_ym, SPLIT, SWIGLU)
 
 

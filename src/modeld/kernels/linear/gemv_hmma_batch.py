@@ -44,7 +44,7 @@ from modeld.kernels.errors import KernelValueError
 from modeld.kernels._pdl import launch_options, light_kwargs, light_prologue, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _HMMA_WORD, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
-from modeld.kernels.linear.gemv_split import _finish_rows, reserve_split_counters
+from modeld.kernels.linear.gemv_split import _batch_split_finish, _finish_rows, reserve_split_counters
 
 __all__ = ["HmmaBatchConfig", "MAX_M", "BATCH_FINISH", "BATCH_FINISH_ENV", "batch_finish", "usable", "pick",
            "token_sets", "occupancy_split", "batch_split", "finish_batch", "launch_int4_hmma_batch"]
@@ -298,20 +298,6 @@ def _store_tokens(y_ptr, part_ptr, acc, uacc, out_rows, smask, tok, M, N, pid_k,
         tl.store(base, acc, mask=omask)
         if SWIGLU:
             tl.store(base + N, uacc, mask=omask)
-
-
-@triton.jit
-def _batch_split_finish(part_ptr, y_ptr, cnt_ptr, rows, M, N, stride_ym, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
-    """Last-arriver finish of row tile program_id(0), called after the program stored all its tokens' partials:
-    the CTA barrier orders every thread's stores before the acq_rel atomic; the program that sees SPLIT - 1 earlier
-    arrivals re-zeroes the counter and writes y[token, rows] for every token from its partials [SPLIT, 2N], in split
-    order (`_finish_rows`, as the finish launch). Shared with gemv_fp8_batch. MUTATES the counter and y."""
-    cnt = cnt_ptr + tl.program_id(0)
-    tl.debug_barrier()
-    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        tl.store(cnt, 0)
-        for tok in range(M):
-            _finish_rows(part_ptr + tok * SPLIT * 2 * N, y_ptr + tok * stride_ym, rows, N, SPLIT, SWIGLU)
 
 
 @triton.jit

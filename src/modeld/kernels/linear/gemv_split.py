@@ -23,7 +23,7 @@ from modeld.kernels.errors import KernelValueError
 
 __all__ = ["SPLIT_FINISH", "SPLIT_FINISH_ENV", "FUSED_MAX_N", "GemvWorkspaceError", "split_finish",
            "reserve_split_counters", "split_counter_buffer", "split_units", "split_workspace", "finish_split"]
-# kernels: _gemv_finish_kernel, _split_finish, _store_rows
+# kernels: _gemv_finish_kernel, _split_finish, _batch_split_finish, _store_rows
 
 # How split-K (cfg.split_k > 1) partials are finished: "kernel" = a second launch (`_gemv_finish_kernel`),
 # "fused" = the last arriving program of each row block sums them inside the GEMV launch (one graph
@@ -113,20 +113,38 @@ def _finish_rows(part_ptr, y_ptr, offs, N, SPLIT: tl.constexpr, SWIGLU: tl.const
 
 
 @triton.jit
+def _last_arrival(cnt_ptr, SPLIT: tl.constexpr):
+    """Arrive on row block program_id(0)'s counter, after this program stored its partials: the CTA barrier orders
+    every thread's partial stores before thread 0's acq_rel atomic (release). True for the program that sees
+    SPLIT - 1 arrivals before it (acquire: every partial is visible); that program has re-zeroed the counter for the
+    next launch / graph replay. MUTATES the counter."""
+    cnt = cnt_ptr + tl.program_id(0)
+    tl.debug_barrier()
+    last = tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1
+    if last:
+        tl.store(cnt, 0)
+    return last
+
+
+@triton.jit
 def _split_finish(part_ptr, y_ptr, cnt_ptr, rows, N, SPLIT: tl.constexpr, SWIGLU: tl.constexpr,
                   TWO_TILES: tl.constexpr, BLOCK_N: tl.constexpr):
     """Last-arriver split-K finish of row block program_id(0) (called after this program stored its
-    partials): the CTA barrier orders every thread's partial stores before thread 0's acq_rel atomic
-    (release); the program that sees SPLIT - 1 arrivals before it (acquire) re-zeroes the counter for
-    the next launch / graph replay and finishes `rows` (and rows + BLOCK_N when TWO_TILES) from all
+    partials, `_last_arrival`): the last program finishes `rows` (and rows + BLOCK_N when TWO_TILES) from all
     SPLIT partials, in split order. MUTATES the counter and y."""
-    cnt = cnt_ptr + tl.program_id(0)
-    tl.debug_barrier()
-    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        tl.store(cnt, 0)
+    if _last_arrival(cnt_ptr, SPLIT):
         _finish_rows(part_ptr, y_ptr, rows, N, SPLIT, SWIGLU)
         if TWO_TILES:
             _finish_rows(part_ptr, y_ptr, rows + BLOCK_N, N, SPLIT, SWIGLU)
+
+
+@triton.jit
+def _batch_split_finish(part_ptr, y_ptr, cnt_ptr, rows, M, N, stride_ym, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
+    """`_split_finish` of the batched GEMVs (gemv_hmma_batch, gemv_fp8_batch): partials [M, SPLIT, 2N]; the row
+    tile's last program writes y[token, rows] for every token, each in split order. MUTATES the counter and y."""
+    if _last_arrival(cnt_ptr, SPLIT):
+        for tok in range(M):
+            _finish_rows(part_ptr + tok * SPLIT * 2 * N, y_ptr + tok * stride_ym, rows, N, SPLIT, SWIGLU)
 
 
 @triton.jit
