@@ -122,10 +122,10 @@ def test_pick_fills_the_gpu():
 
 
 def test_pick_two_token_sets_doubles_the_rows():
-    """M > 8: 8 blocks (x loaded once per two blocks), the M <= 8 split; M <= 8 keeps 4 blocks."""
-    for swiglu, n, k in ((True, 17408, 5120), (False, 5120, 17408), (False, 5120, 6144)):
+    """M > 8: 16 blocks (8 with SwiGLU, which would spill at 16), the M <= 8 split; M <= 8 keeps 4 blocks."""
+    for swiglu, n, k, blocks in ((True, 17408, 5120, 8), (False, 5120, 17408, 16), (False, 5120, 6144, 16)):
         small, big = hb.pick(90, swiglu, n, k, 132, False, 8), hb.pick(90, swiglu, n, k, 132, False, 9)
-        assert (small.blocks, big.blocks, big.split_k) == (4, 8, small.split_k)
+        assert (small.blocks, big.blocks, big.split_k) == (4, blocks, small.split_k)
 
 
 # ---------------------------------------------------------------------------------------------- GPU

@@ -134,14 +134,17 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool, m: int
     SM (gemv_hmma's rule: enough warps resident to keep the bytes in flight). H200 sweep, session 9, M = 2 / 4 / 8 at
     the five 27B shapes: within 2 % of the best candidate everywhere (2 blocks over 2 warps ties; 8 blocks, no cache
     policy, half or double the split are 4-50 % slower; KNOWLEDGE/optimizations/gemv-int4-hmma-batch.md).
-    M > 8 (two token sets): 8 blocks, the same split. Each warp loads x for all 16 tokens per chunk, as many bytes as
-    a 16-row block's words, so two blocks per warp halve the x traffic per weight byte. H200 sweep, session 10,
-    M = 16: 8 blocks 3-24 % faster than 4 at gate+up, in_proj, qkv and o_proj, and tied at down."""
+    M > 8 (two token sets): more blocks, the same split. Each warp loads x for all 16 tokens per chunk, as many bytes
+    as a 16-row block's words, so more blocks per warp cut the x traffic per weight byte. H200 sweep, session 10,
+    M = 16: 8 blocks 3-24 % faster than 4 at gate+up, in_proj, qkv and o_proj, tied at down; 16 blocks a further
+    15-24 % faster at down, in_proj, qkv and o_proj (254 registers, no spills). With SwiGLU, 16 blocks spill, so
+    gate+up keeps 8."""
     if interp:
         return HmmaBatchConfig(2, 4, 1, source="interpreter")
     if token_sets(m) == 2:
-        return HmmaBatchConfig(8, 4, occupancy_split(n, k // 128, n_sms),
-                               source="two token sets: 8 blocks, H200 sweep 2026-11-30 s10")
+        blocks = 8 if swiglu else 16
+        return HmmaBatchConfig(blocks, 4, occupancy_split(n, k // 128, n_sms),
+                               source=f"two token sets: {blocks} blocks, H200 sweep 2026-11-30 s10")
     return HmmaBatchConfig(4, 4, occupancy_split(n, k // 128, n_sms),
                            source="gemv_hmma's occupancy rule, H200 sweep 2026-11-30 s9")
 
