@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,9 +35,10 @@ import cert_qwen3_5_27b as cert  # noqa: E402
 
 
 def variant(text: str) -> tuple[str, dict]:
-    """'name:K=V[,K=V...]' -> (name, {K: V})."""
+    """'name:K=V[,K=V...]' -> (name, {K: V}). A comma starts a new pair only before 'KEY=', so a value may hold
+    commas (MODELD_GDN_BATCH_TILE=32,4)."""
     name, _, rest = text.partition(":")
-    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv]
+    pairs = [kv.split("=", 1) for kv in re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", rest) if kv]
     env = dict(p for p in pairs if len(p) == 2)
     if not name or "=" in name or not pairs or len(env) != len(pairs) or any(not k for k in env):
         raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:ENV=VALUE[,ENV=VALUE...]")

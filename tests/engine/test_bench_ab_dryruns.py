@@ -47,6 +47,26 @@ def test_engine_ab_rejects_bad_variant(tmp_path):
     assert r.returncode != 0 and "--variant" in r.stderr
 
 
+def test_engine_ab_variant_values_may_hold_commas():
+    """A comma starts a new pair only before KEY=: the GDN tile value "32,4" stays whole; a stray piece is refused."""
+    import importlib.util
+    import sys
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("engine_ab", BENCH / "engine_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    assert ab.variant("t:MODELD_GDN_BATCH_TILE=32,4,MODELD_PDL=0") == (
+        "t", {"MODELD_GDN_BATCH_TILE": "32,4", "MODELD_PDL": "0"})
+    assert ab.variant("a:MODELD_PDL=0,MODELD_GEMV_INT4=hmma") == ("a", {"MODELD_PDL": "0", "MODELD_GEMV_INT4": "hmma"})
+    for bad in ("a:,4", "a:", ":K=V", "a:=1"):
+        try:
+            ab.variant(bad)
+        except Exception as e:
+            assert "--variant" in str(e)
+        else:
+            raise AssertionError(bad)
+
+
 def test_rung6_flip_rate_dry_run(tmp_path):
     out = tmp_path / "fr"
     r = _run([str(BENCH / "rung6_flip_rate.py"), "--out", str(out), "--cases", "2", "--tokens", "5",
