@@ -45,7 +45,7 @@ BATCH_M = [2, 4, 8]  # --batch-m: M of the batched-GEMV sweeps (kernels_sweeps._
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
                 "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch",
-                "gemv-split-finish", "gemv-equal-bytes", "size-ceiling")
+                "gemv-split-finish", "gemv-equal-bytes", "size-ceiling", "mid-m")
 
 
 # ----------------------------------------------------------------------------- timing

@@ -354,6 +354,22 @@ def sweep_gemv_fp8_batch(reps, gen, dry=False):
                  {"1b w4": dict(blocks=1)} if dry else cands, reps, gen, dry)
 
 
+def mid_m(reps, gen, dry=False):
+    """16 < M <= 64 (decode at more than 16 slots) at M = --batch-m values above 16 (default 32) and every 27B shape,
+    bf16 / fp8 / int4 g128, interleaved per shape under each MODELD_MID_M policy (linear/triton.py): "gemm" (the
+    prefill tile, cuBLAS bf16 beside it), "chunk" (16-token slices through the M <= 16 paths), "tile" (the skinny
+    tile with 32 / 64 rows of M)."""
+    from modeld.kernels.linear import triton as lin
+    ms = [17] if dry else ([m for m in K.BATCH_M if lin.CHUNK_M < m <= lin.MID_MAX_M] or [32])
+    for m in ms:
+        for label, n, k, sw in (K.LINEAR_SHAPES[:2] if dry else K.LINEAR_SHAPES):
+            for fmt in ("bf16", "fp8", "int4g128"):
+                for policy in ("gemm", "chunk", "tile"):
+                    with _env(lin.MID_M_ENV, policy):
+                        K.bench_linear(m, fmt, label, n, k, sw, reps, gen, baseline=policy == "gemm",
+                                       tag=f" [mid {policy}]")
+
+
 def gemv_sections(sections, reps, gen, dry=False):
     """The M == 1 linear sections, shared by the GPU run and --dry-run (tiny shapes, fewer candidates)."""
     if "gemv" in sections:
@@ -377,3 +393,5 @@ def gemv_sections(sections, reps, gen, dry=False):
         gemv_equal_bytes(reps, gen, dry=dry)
     if "size-ceiling" in sections:
         gemv_size_ceiling(reps, gen)
+    if "mid-m" in sections:
+        mid_m(reps, gen, dry=dry)

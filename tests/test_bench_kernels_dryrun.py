@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_kernels_bench_dry_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels.py"), "--out", str(tmp_path), "--dry-run",
-                        "--sections", "gemv,sweep-gemv-evict,sweep-gemv-pdl,sweep-gemv-hmma,gemv-equal-bytes,sweep-gemv-hmma-batch,sweep-gemv-fp8-batch,size-ceiling"],
+                        "--sections", "gemv,sweep-gemv-evict,sweep-gemv-pdl,sweep-gemv-hmma,gemv-equal-bytes,sweep-gemv-hmma-batch,sweep-gemv-fp8-batch,size-ceiling,mid-m"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = json.loads((tmp_path / "kernels.json").read_text())["rows"]
@@ -32,3 +32,6 @@ def test_kernels_bench_dry_run(tmp_path):
     ceil = [x for x in rows if x["op"].startswith("linear [vs same-bytes ceiling]")]
     assert len(ceil) == 15 and all(x["fraction"] is not None for x in ceil)  # ~0 here: interpreter GEMVs
     assert any("[read (torch.sum)]" in t for t in tags) and any("[copy (torch.mul)]" in t for t in tags)
+    mid = [x for x in rows if x["op"].startswith("linear [mid ")]
+    assert len(mid) == 18 and {x["op"].split("]")[0] for x in mid} == {"linear [mid gemm", "linear [mid chunk",
+                                                                       "linear [mid tile"}

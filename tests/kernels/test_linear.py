@@ -44,13 +44,23 @@ def _fn(fmt: str, swiglu: bool) -> str:
     return "swiglu_" + base if swiglu else base
 
 
+def _int4_exact(x, w, group) -> bool:
+    """Whether an int4 call with M > 1 multiplies exact 128 + q (the batched mma.sync GEMV, 2 <= M <= 16, or under
+    MODELD_MID_M=chunk 16-token slices of it; a 1-token slice takes an M == 1 GEMV, exact as well)."""
+    m = x.shape[0]
+    if gm.int4_gemv() != "hmma" or group not in (128, 256):
+        return False
+    if tt.CHUNK_M < m <= tt.MID_MAX_M and tt.mid_m() == "chunk":
+        return all(len(s) == 1 or hb.usable(s, w, group) for s in x.split(tt.CHUNK_M))
+    return hb.usable(x, w, group)
+
+
 def _check(m, n, k, fmt, swiglu, gen, device, out_dtype=torch.bfloat16):
     x = (torch.randn(m, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
     ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
     name = _fn(fmt, swiglu)
     got = getattr(tt, name)(x, *ws, out_dtype=out_dtype)
-    batched_exact = fmt in ("int4g128", "int4g256") and hb.usable(x, ws[0], int(fmt[5:])) and gm.int4_gemv() == "hmma"
-    if fmt.startswith("int4") and m > 1 and not interpreting() and not batched_exact:
+    if fmt.startswith("int4") and m > 1 and not interpreting() and not _int4_exact(x, ws[0], int(fmt[5:])):
         # Tensor-core tile paths multiply bf16 operands, so the int4 weight is dequantised and rounded to
         # bf16 first (as every w4a16 MMA kernel does; see linear/triton.py). Compare with the spec
         # applied to that bf16 weight: SwiGLU multiplies gate by up, so the rounding of W alone
@@ -77,6 +87,42 @@ CPU_CASES = [
 @pytest.mark.parametrize("m,n,k", CPU_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in CPU_CASES])
 def test_triton_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_outputs):
     _check(m, n, k, fmt, swiglu, gen, device)
+
+
+# 16 < M <= 64 under each MODELD_MID_M policy: 17 leaves a 1-token slice under "chunk", 33 a 32-row tile + tail
+MID_CASES = [(17, 40, 256), (33, 100, 128)]
+
+
+@pytest.mark.parametrize("policy", ["chunk", "tile"])
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
+@pytest.mark.parametrize("m,n,k", MID_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in MID_CASES])
+def test_mid_m_policies(m, n, k, fmt, swiglu, policy, gen, device, poisoned_outputs, monkeypatch):
+    monkeypatch.setenv(tt.MID_M_ENV, policy)
+    _check(m, n, k, fmt, swiglu, gen, device)
+
+
+def test_mid_m_routes(gen, device, monkeypatch):
+    """"chunk" slices M = 33 into 16 + 16 + 1 (two batched launches, one M == 1 GEMV); "tile" gives the tile path a
+    32-row config; "gemm" the prefill bucket's; a bad value is refused."""
+    x = torch.randn(33, 256, generator=gen).bfloat16().to(device)
+    w = (torch.randn(64, 256, generator=gen) / 16).bfloat16().to(device)
+    calls = []
+    real = tt._route
+    monkeypatch.setattr(tt, "_route", lambda x, *a: calls.append((x.shape[0], a[6])) or real(x, *a))
+    for policy, want in (("chunk", [(16, None), (16, None), (1, None)]), ("gemm", [(33, None)])):
+        monkeypatch.setenv(tt.MID_M_ENV, policy)
+        calls.clear()
+        tt.linear(x, w)
+        assert calls == want, policy
+    monkeypatch.setenv(tt.MID_M_ENV, "tile")
+    calls.clear()
+    tt.linear(x, w)
+    assert len(calls) == 1 and calls[0][1].block_m == 64
+    assert configs.mid_tile("int4", False, 32, 5120, False).block_m == 32
+    monkeypatch.setenv(tt.MID_M_ENV, "bogus")
+    with pytest.raises(KernelValueError, match="MODELD_MID_M"):
+        tt.linear(x, w)
 
 
 @pytest.mark.parametrize("m", [1, 7, 40], ids=["gemv", "skinny", "gemm"])
@@ -341,6 +387,17 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (10240, 5120, False), (
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_27b_shapes(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):
+    _check(m, n, k, fmt, swiglu, gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", ["chunk", "tile"])
+@pytest.mark.parametrize("m", [17, 32, 64])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:4:3] + GPU_SHAPES[1:2],
+                         ids=["gate-up-swiglu", "o_proj", "down"])
+def test_gpu_mid_m(n, k, swiglu, fmt, m, policy, gen, device, poisoned_outputs, monkeypatch):
+    monkeypatch.setenv(tt.MID_M_ENV, policy)
     _check(m, n, k, fmt, swiglu, gen, device)
 
 

@@ -9,9 +9,10 @@ measurement). Buckets: "gemv" (M == 1, elementwise FMA + one reduction per progr
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["TileConfig", "TUNED", "pick", "m_bucket", "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED",
+__all__ = ["TileConfig", "TUNED", "pick", "mid_tile", "m_bucket", "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED",
            "pick_gemv", "GEMV_INTERPRETER"]
 
 
@@ -104,6 +105,14 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
     if swiglu:
         return TileConfig(128, 128 if fmt == "bf16" else 64, 64, 8, 4 if fmt == "bf16" else 3)
     return TileConfig(128, 128, 64, 8, 3)
+
+
+def mid_tile(fmt: str, swiglu: bool, m: int, n: int, interpreting: bool) -> TileConfig:
+    """16 < M <= 64 under MODELD_MID_M=tile (linear/triton.py): the skinny bucket's tile with 32 or 64 rows of M,
+    so the weights stream once through as many programs as at M = 16 (the prefill tile's 128 rows of N give a
+    5120-row output only 40 programs)."""
+    base = INTERPRETER_CONFIGS["skinny"] if interpreting else _default(fmt, swiglu, "skinny", n, 0)
+    return dataclasses.replace(base, block_m=32 if m <= 32 else 64, source=f"mid tile for M {m}")
 
 
 def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: bool) -> TileConfig:
