@@ -294,9 +294,11 @@ def _bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config, tag, baseline)
         cfg = config
     # fp8 / int4 prefill GEMMs route through a dequantise-to-bf16 scratch that is unavailable inside a CUDA-graph
     # capture (`dequant.route_available`); the engine's prefill runs eagerly and takes it, so time those eagerly too
+    # (only from DEQUANT_GEMM_MIN_M: below it, e.g. decode at 32 slots, the engine replays graphs; session 11's mid-m
+    # rows for fp8 / int4 were timed eagerly by mistake, launch overhead included)
     # (a graph replay would time the in-tile fallback; session 9 table: 0.68 / 0.51 of cuBLAS instead of the route's
     # 0.86-1.07).
-    eager = DEV != "cpu" and config is None and m > 16 and fmt != "bf16"
+    eager = DEV != "cpu" and config is None and 0 < lin.DEQUANT_GEMM_MIN_M <= m and m > 16 and fmt != "bf16"
     if eager:
         p50, p90 = time_eager(lambda: call(0), reps)
         tag += " [eager, dequant route]"

@@ -50,7 +50,7 @@ def _int4_exact(x, w, group) -> bool:
     m = x.shape[0]
     if gm.int4_gemv() != "hmma" or group not in (128, 256):
         return False
-    if tt.CHUNK_M < m <= tt.MID_MAX_M and tt.mid_m() == "chunk":
+    if tt.CHUNK_M < m <= tt.MID_MAX_M and tt.mid_m("int4", m) == "chunk":
         return all(len(s) == 1 or hb.usable(s, w, group) for s in x.split(tt.CHUNK_M))
     return hb.usable(x, w, group)
 
@@ -93,7 +93,7 @@ def test_triton_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_ou
 MID_CASES = [(17, 40, 256), (33, 100, 128)]
 
 
-@pytest.mark.parametrize("policy", ["chunk", "tile"])
+@pytest.mark.parametrize("policy", ["chunk", "tile", "auto"])
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
 @pytest.mark.parametrize("m,n,k", MID_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in MID_CASES])
@@ -104,7 +104,7 @@ def test_mid_m_policies(m, n, k, fmt, swiglu, policy, gen, device, poisoned_outp
 
 def test_mid_m_routes(gen, device, monkeypatch):
     """"chunk" slices M = 33 into 16 + 16 + 1 (two batched launches, one M == 1 GEMV); "tile" gives the tile path a
-    32-row config; "gemm" the prefill bucket's; a bad value is refused."""
+    64-row config; "gemm" the prefill bucket's; "auto" resolves per format and M; a bad value is refused."""
     x = torch.randn(33, 256, generator=gen).bfloat16().to(device)
     w = (torch.randn(64, 256, generator=gen) / 16).bfloat16().to(device)
     calls = []
@@ -120,6 +120,9 @@ def test_mid_m_routes(gen, device, monkeypatch):
     tt.linear(x, w)
     assert len(calls) == 1 and calls[0][1].block_m == 64
     assert configs.mid_tile("int4", False, 32, 5120, False).block_m == 32
+    monkeypatch.delenv(tt.MID_M_ENV)  # the default, "auto": chunk for fp8 / int4 up to 32 tokens, else tile
+    assert [tt.mid_m(f, m) for f, m in (("int4", 17), ("fp8", 32), ("int4", 33), ("bf16", 17))] == [
+        "chunk", "chunk", "tile", "tile"]
     monkeypatch.setenv(tt.MID_M_ENV, "bogus")
     with pytest.raises(KernelValueError, match="MODELD_MID_M"):
         tt.linear(x, w)
@@ -179,7 +182,7 @@ def test_default_tma_tile_falls_back_when_unaligned(gen, device, poisoned_output
     real = tt._launch_tma
     monkeypatch.setattr(tt, "_launch_tma", lambda *a: launched.append(a[1].shape[1]) or real(*a))
     for k in (64, 77):
-        x = torch.randn(40, k, generator=gen).bfloat16().to(device)
+        x = torch.randn(80, k, generator=gen).bfloat16().to(device)  # M > MID_MAX_M: the prefill bucket's tile
         w = (torch.randn(24, k, generator=gen) / k**0.5).bfloat16().to(device)
         assert_close(tt.linear(x, w), ref.linear(x, w), what=f"default TMA tile K={k}")
     assert launched == [64]

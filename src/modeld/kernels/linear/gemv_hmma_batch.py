@@ -52,8 +52,9 @@ __all__ = ["HmmaBatchConfig", "MAX_M", "BATCH_FINISH", "BATCH_FINISH_ENV", "batc
 MAX_M = 16  # tokens per launch: two sets of the 8 columns of one mma m16n8k16
 # How the batched kernels (this one and gemv_fp8_batch) finish split-K partials: "kernel" = a second launch over
 # (row tiles, tokens), "fused" = the last arriving program of each row tile sums every token's partials inside the
-# GEMV launch (gemv_split's counters and summation, so bit-identical; one graph node less per call). "kernel" stays
-# the default until the H200 A/B: the last arriver finishes M tokens serially, a longer tail than at M == 1.
+# GEMV launch (gemv_split's counters and summation, so bit-identical; one graph node less per call). "kernel" is the
+# default: in the H200 engine A/B "fused" was 7-11 % slower at 8 and 16 slots (the last arriver finishes M tokens
+# serially; KNOWLEDGE/dead-ends/gemv-batch-fused-split-finish.md).
 # $MODELD_GEMV_BATCH_FINISH, read per call, overrides it.
 BATCH_FINISH = "kernel"
 BATCH_FINISH_ENV = "MODELD_GEMV_BATCH_FINISH"

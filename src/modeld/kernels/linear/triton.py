@@ -13,7 +13,8 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
 `gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
 fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
-=mma16: there up to M 16).
+=mma16: there up to M 16). 16 < M <= 64 without an explicit config follow `mid_m` (16-token slices through those
+paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
@@ -101,21 +102,28 @@ W8A8_MIN_M = 512
 
 # Calls with 16 < M <= MID_MAX_M and no explicit TileConfig: decode at more than 16 slots, short prefill tails.
 # "gemm" = the prefill bucket's tile (128-row M blocks: a 5120-row output is 40-80 programs, too few to stream the
-# weights, so at 32 slots the 27B int4 engine ran 557 tok/s against 1221 at 16); "chunk" = slices of 16 tokens,
-# each through the M <= 16 paths (the batched mma.sync GEMVs; the weights are read once per slice); "tile" = the
-# 16-row skinny tile widened to 32 / 64 rows (`configs.mid_tile`; the weights are read once). Env MODELD_MID_M,
-# read per call (engine A/Bs set it per build). Any other value raises KernelValueError.
-MID_M = "gemm"
+# weights); "chunk" = slices of 16 tokens, each through the M <= 16 paths (the batched mma.sync GEMVs; the weights
+# are read once per slice); "tile" = the 16-row skinny tile widened to 32 / 64 rows (`configs.mid_tile`; the
+# weights are read once); "auto" (default) = chunk for fp8 / int4 up to M 32, else tile. H200, 27B engine at 32
+# slots, session 11 (KNOWLEDGE/optimizations/mid-m-decode-routing.md): int4 568 -> 1281 tok/s with chunk (tile
+# 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than gemm at every 27B
+# shape at M 32 and 64. Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise
+# KernelValueError.
+MID_M = "auto"
 MID_M_ENV = "MODELD_MID_M"
 MID_MAX_M = 64
 CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
+AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
 
 
-def mid_m() -> str:
-    """$MODELD_MID_M if set, else MID_M; refuses anything but gemm / chunk / tile."""
+def mid_m(fmt: str | None = None, m: int = 0) -> str:
+    """$MODELD_MID_M if set, else MID_M; "auto" resolves for a call of format fmt ("bf16" / "fp8" / "int4") with m
+    tokens (fmt None: "auto" itself). Refuses anything but gemm / chunk / tile / auto."""
     v = os.environ.get(MID_M_ENV) or MID_M
-    if v not in ("gemm", "chunk", "tile"):
-        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk or tile")
+    if v not in ("gemm", "chunk", "tile", "auto"):
+        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
+    if v == "auto" and fmt is not None:
+        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M else "tile"
     return v
 
 
@@ -353,7 +361,7 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     if m == 0 or n == 0:
         return y
     if config is None and CHUNK_M < m <= MID_MAX_M:
-        policy = mid_m()
+        policy = mid_m(_FMT_NAMES[fmt], m)
         if policy == "chunk":
             for i in range(0, m, CHUNK_M):
                 _route(x[i:i + CHUNK_M], w, ws, wm, fmt, swiglu, group, None, y[i:i + CHUNK_M], sm, device)
