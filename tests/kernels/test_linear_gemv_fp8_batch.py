@@ -90,8 +90,8 @@ def test_fp8_batch_usable_rules(device):
 
 def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch):
     """By default 2 <= M <= 8 fp8 calls go to the batched kernel and M 9..16 to the skinny tile;
-    MODELD_GEMV_FP8_BATCH=mma16 sends M up to 16 there, =tile none (read per call); M == 1 and M == 17 never go;
-    unknown values are refused."""
+    MODELD_GEMV_FP8_BATCH=mma16 sends M up to 16 there, =tile none (read per call); M == 1 and M == 17 as one call
+    never go (the mid-M default slices M 17 into 16 + 1); unknown values are refused."""
     calls = count_launches(monkeypatch, fb, "launch_fp8_batch")
     x, ws = fp8_problem(17, 40, 256, True, gen, device)
     monkeypatch.delenv(fb.FP8_BATCH_ENV, raising=False)
@@ -103,10 +103,15 @@ def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "mma16")
     assert_close(tt.swiglu_linear_fp8(x[:16], *ws), want(x[:16], ws, True), what="routed fp8 batch, M 16")
     assert len(calls) == 2
+    monkeypatch.setenv(tt.MID_M_ENV, "gemm")
     tt.swiglu_linear_fp8(x, *ws)
+    assert len(calls) == 2
+    monkeypatch.delenv(tt.MID_M_ENV)
+    assert_close(tt.swiglu_linear_fp8(x, *ws), want(x, ws, True), what="fp8 M 17 as 16 + 1 (mid-M auto)")
+    assert len(calls) == 3
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "tile")
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="fp8 skinny tile")
-    assert len(calls) == 2
+    assert len(calls) == 3
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "fast")
     with pytest.raises(KernelValueError, match=fb.FP8_BATCH_ENV):
         fb.fp8_batch()

@@ -74,8 +74,8 @@ def test_hmma_batch_usable_rules(device):
 
 
 def test_hmma_batch_routing(gen, device, poisoned_outputs, monkeypatch):
-    """Under the "hmma" int4 policy, usable 2 <= M <= 16 calls go to the batched kernel; M == 1, M == 17 and the
-    "v2" policy do not (MODELD_GEMV_INT4 read per call)."""
+    """Under the "hmma" int4 policy, usable 2 <= M <= 16 calls go to the batched kernel; M == 1, M == 17 as one call
+    and the "v2" policy do not (MODELD_GEMV_INT4 read per call); M == 17 under the mid-M default goes as 16 + 1."""
     calls = count_launches(monkeypatch, hb, "launch_int4_hmma_batch")
     _, ws = int4_problem(40, 256, 128, True, gen, device)
     x = tokens(17, 256, gen, device)
@@ -84,10 +84,15 @@ def test_hmma_batch_routing(gen, device, poisoned_outputs, monkeypatch):
     assert_close(tt.swiglu_linear_int4(x[:16], *ws), int4_want(x[:16], ws, True), what="routed hmma batch, M 16")
     assert len(calls) == 2
     tt.swiglu_linear_int4(x[:1], *ws)
+    monkeypatch.setenv(tt.MID_M_ENV, "gemm")
     tt.swiglu_linear_int4(x, *ws)
+    assert len(calls) == 2
+    monkeypatch.delenv(tt.MID_M_ENV)
+    assert_close(tt.swiglu_linear_int4(x, *ws), int4_want(x, ws, True), what="M 17 as 16 + 1 (mid-M auto)")
+    assert len(calls) == 3
     monkeypatch.setenv(gm.INT4_GEMV_ENV, "v2")
     tt.swiglu_linear_int4(x[:3], *ws)
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize("m,swiglu", [(3, True), (12, False)], ids=["M3-swiglu", "M12"])
