@@ -110,6 +110,31 @@ def n_sets_for(nbytes: int) -> int:
     return max(1, min(8, -(-3 * l2 // max(1, nbytes))))
 
 
+def same_bytes_ceiling(op: str, what: str, row: dict, reps: int, gen, read: bool = True) -> None:
+    """Beside a memory-bound row with a "bytes" field: torch's own streaming kernels over the same byte count,
+    rotated past 3x L2: a copy (`torch.mul(src, 1.0, out=dst)`, half the bytes read, half written) and, if `read`,
+    a read (`torch.sum` of all of them into fp32). Adds their rows ("ceiling at the bytes of <what> [...]") and the
+    row `op` = the faster one's p50 / the row's p50: the row's fraction of what one launch of that size reaches
+    (session 11: a copy reaches 0.98 of the 2 GiB copy at 357 MB, 0.67 at 17 MB)."""
+    nbytes = row["bytes"]
+    sets = n_sets_for(nbytes)
+    half = max(1, nbytes // 4)  # bf16 elements in half the bytes
+    src = [torch.randn(2 * half, device=DEV, generator=gen).bfloat16() for _ in range(sets)]
+    dst = [torch.empty(half, device=DEV, dtype=torch.bfloat16) for _ in range(sets)]
+    calls = [("copy (torch.mul)", lambda i: torch.mul(src[i][:half], 1.0, out=dst[i]))]
+    if read:
+        calls.append(("read (torch.sum)", lambda i: torch.sum(src[i], dtype=torch.float32)))
+    best = None
+    for name, call in calls:
+        p50, p90 = time_calls(call, sets, reps)
+        tbps = 4 * half / (p50 * 1e-3) / 1e12
+        add_row(f"ceiling at the bytes of {what} [{name}]", f"{4 * half / 1e6:.1f} MB", "TB/s", p50, p90, tbps,
+                "TB/s", tbps / CEIL["copy_TBps"], "copy bandwidth")
+        best = p50 if best is None else min(best, p50)
+    add_row(op, row["shape"], "fraction of the size-matched ceiling", row["p50_ms"], row["p90_ms"], row["value"],
+            row["unit"], best / row["p50_ms"], "best of copy / read over the same bytes, same run")
+
+
 def add_row(op, shape, metric, p50, p90, value, unit, fraction, roofline, baseline=None, base_p50=None,
             config=None, **extra):
     row = dict(op=op, shape=shape, metric=metric, p50_ms=round(p50, 5), p90_ms=round(p90, 5),

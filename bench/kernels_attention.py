@@ -112,7 +112,7 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
         cfg_tag = cfg_tag[:-1] + " fill]"
     K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
               tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
-              "torch SDPA over the cache + gate" if baseline else None, b50, config)
+              "torch SDPA over the cache + gate" if baseline else None, b50, config, bytes=nbytes)
 
 
 def decode_section(reps, gen):
@@ -121,6 +121,10 @@ def decode_section(reps, gen):
     for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
         for variant in ("split3", "fused"):
             bench_attention_decode(bsz, length, 24, 4, 256, reps, gen, variant=variant, baseline=variant == "split3")
+        # the size-matched roofline beside the second (fused, the default) row: a copy of the KV bytes in one launch
+        if "p50_ms" in K.ROWS[-1]:
+            K.same_bytes_ceiling("attention decode [fused] [vs same-bytes ceiling]", f"attention decode B{bsz} "
+                                 f"len{length + 1}", K.ROWS[-1], reps, gen)
     for length in (8191, 32767):
         for cand in FUSED_DECODE_SWEEP:
             bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=" [sweep]", variant="fused", fused=cand,

@@ -25,6 +25,16 @@ def _launch_floor_kernel(out_ptr):
 GDN_V2_ALTERNATIVES = {1: ((8, 1), (4, 1), (16, 2), (16, 4)), 8: ((16, 1), (16, 2)), 32: ((16, 1), (16, 2), (32, 2))}
 
 
+def _copy_set(nbytes: int):
+    """bf16 source and destination of nbytes / 4 elements each: a copy reads half the bytes and writes half."""
+    half = max(1, nbytes // 4)
+    return torch.randn(half, device="cuda").bfloat16(), torch.empty(half, device="cuda", dtype=torch.bfloat16)
+
+
+def _copy(src, dst):
+    torch.mul(src, 1.0, out=dst)
+
+
 def bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps):
     """GDN decode rows for batch B: v1 (the plain "gdn_decode" row, beside the reference, and v1's tile
     alternatives), then v2 at its default tile and GDN_V2_ALTERNATIVES, all in this process
@@ -60,6 +70,10 @@ def bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps):
             R.case(f"gdn_decode(v2,bv{tile[0]},w{tile[1]})", shape, make, nbytes, tt.gdn_decode, None, reps,
                  n_sets=n_sets)
         setattr(gt, name, default)
+        # the size-matched roofline: one torch copy launch over the same bytes (its fraction_of_floor is what a
+        # single launch of this size reaches; v2's fraction over it is v2's share of the size-matched ceiling)
+        R.case("copy of the same bytes (torch.mul)", shape, lambda: _copy_set(nbytes), nbytes, _copy, None, reps,
+               n_sets=n_sets)
         if B in (1, 32):  # volatile loads: the latency case and the throughput case
             gt.V2_VOLATILE_LOADS = not volatile
             R.case(f"gdn_decode(v2,bv{default[0]},w{default[1]},{'plain' if volatile else 'volatile'} loads)", shape,

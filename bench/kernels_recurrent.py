@@ -10,7 +10,7 @@ p50/p90 are of (replay time / calls). Byte floor = every input read once + every
 fraction = floor time at the copy bandwidth / p50. References that synchronise with the host cannot
 be captured: they are timed eagerly (marked `eager`). Writes kernels_recurrent.json under --out.
 
-    PYTHONPATH=src:. python3 bench/kernels_recurrent.py --out $OUT [--reps 20] [--only gdn]
+    PYTHONPATH=src:. python3 bench/kernels_recurrent.py --out $OUT [--reps 20] [--only gdn] [--only gdn-decode]
 """
 
 from __future__ import annotations
@@ -205,22 +205,28 @@ def _gdn_set(N, decode, Hk=16, Hv=48, Dk=128, Dv=128):
     return q, k, v, a, b, A_log, dt_bias, state
 
 
-def bench_gdn(reps):
+def bench_gdn_decode_rows(reps):
+    """The GDN one-token decode rows at B 1 / 8 / 32 (bench/kernels_gdn_decode.py); group "gdn-decode" alone."""
     from bench.kernels_gdn_decode import bench_gdn_decode
     from modeld.kernels.gdn import reference as ref, triton as tt
-
-    Hk, Hv, Dk, Dv = 16, 48, 128, 128
     import modeld.kernels.gdn.triton as gt
 
     caller_decode = os.environ.get(gt.DECODE_ENV)  # restored after the decode rows
     try:
         for B in (1, 8, 32):
-            bench_gdn_decode(B, Hk, Hv, Dk, Dv, tt, ref, reps)
+            bench_gdn_decode(B, 16, 48, 128, 128, tt, ref, reps)
     finally:
         if caller_decode is None:
             os.environ.pop(gt.DECODE_ENV, None)
         else:
             os.environ[gt.DECODE_ENV] = caller_decode
+
+
+def bench_gdn(reps):
+    from modeld.kernels.gdn import reference as ref, triton as tt
+
+    Hk, Hv, Dk, Dv = 16, 48, 128, 128
+    bench_gdn_decode_rows(reps)
     caller_chunk = os.environ.get("MODELD_GDN_CHUNK")  # restored after the group
     os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 (the default is v2)
     for T in (512, 4096, 8192):
@@ -377,7 +383,7 @@ def aot_check() -> int:
     return 1 if bad else 0
 
 
-GROUPS = {"gdn": bench_gdn, "norms": bench_norms, "rope": bench_rope, "conv": bench_conv,
+GROUPS = {"gdn": bench_gdn, "gdn-decode": bench_gdn_decode_rows, "norms": bench_norms, "rope": bench_rope, "conv": bench_conv,
           "embedding": bench_embedding_sampling}
 
 
@@ -400,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
           f"commit {ENV['commit']}; copy ceiling {ENV['copy_Bps'] / 1e12:.2f} TB/s", flush=True)
     os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, "kernels_recurrent.json")
-    for name in args.only or list(GROUPS):
+    for name in args.only or [g for g in GROUPS if g != "gdn-decode"]:  # "gdn" runs the decode rows too
         print(f"[{name}]", flush=True)
         try:
             GROUPS[name](args.reps)

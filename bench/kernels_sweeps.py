@@ -228,34 +228,16 @@ def gemv_equal_bytes(reps, gen, dry=False):
 
 def gemv_size_ceiling(reps, gen):
     """The roofline of one launch at each decode GEMV's own byte count: beside every default M == 1 GEMV (bf16, fp8,
-    int4 g128, the 27B shapes), torch's own streaming kernels over the same bytes, in the same run: a copy
-    (`torch.mul(src, 1.0, out=dst)`: half the bytes read, half written) and a read (`torch.sum` of all of them into
-    fp32), each rotated over as many buffers as exceed 3x L2. The faster is the size-matched ceiling; the row
-    "[vs same-bytes ceiling]" gives the GEMV's fraction of it (ceiling p50 / GEMV p50). The 2 GiB copy of
-    `ceilings()` is the other roofline, the one TARGETS.md's fractions use."""
+    int4 g128, the 27B shapes), torch's own streaming kernels over the same bytes, in the same run
+    (`kernels.same_bytes_ceiling`: a copy and a read, rotated past 3x L2). The row "[vs same-bytes ceiling]" gives
+    the GEMV's fraction of the faster (ceiling p50 / GEMV p50). The 2 GiB copy of `ceilings()` is the other roofline,
+    the one TARGETS.md's fractions use."""
     for label, n, k, sw in K.LINEAR_SHAPES:
         for fmt in ("bf16", "fp8", "int4g128"):
             K.bench_linear(1, fmt, label, n, k, sw, reps, gen, baseline=False)
             row = K.ROWS[-1]
-            if "p50_ms" not in row:
-                continue
-            nbytes = row["bytes"]
-            sets = K.n_sets_for(nbytes)
-            half = max(1, nbytes // 4)  # bf16 elements in half the bytes
-            src = [torch.randn(2 * half, device=K.DEV, generator=gen).bfloat16() for _ in range(sets)]
-            dst = [torch.empty(half, device=K.DEV, dtype=torch.bfloat16) for _ in range(sets)]
-            best = None
-            for name, call in (("copy (torch.mul)", lambda i: torch.mul(src[i][:half], 1.0, out=dst[i])),
-                               ("read (torch.sum)", lambda i: torch.sum(src[i], dtype=torch.float32))):
-                p50, p90 = K.time_calls(call, sets, reps)
-                tbps = 4 * half / (p50 * 1e-3) / 1e12
-                K.add_row(f"ceiling at the bytes of {label} {fmt} [{name}]", f"{4 * half / 1e6:.1f} MB", "TB/s", p50,
-                          p90, tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "copy bandwidth")
-                best = p50 if best is None else min(best, p50)
-            K.add_row(f"linear [vs same-bytes ceiling] {label}", row["shape"], "fraction of the size-matched ceiling",
-                      row["p50_ms"], row["p90_ms"], row["value"], "TB/s", best / row["p50_ms"],
-                      "best of copy / read over the same bytes, same run")
-            del src, dst
+            if "p50_ms" in row:
+                K.same_bytes_ceiling(f"linear [vs same-bytes ceiling] {label}", f"{label} {fmt}", row, reps, gen)
 
 
 def sweep_gemv_ba(reps, gen):
