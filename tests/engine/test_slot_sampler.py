@@ -1,0 +1,61 @@
+"""execution.sampler.SlotSampler: the unfiltered draw (no vocabulary sort) is taken exactly when no slot filters,
+and gives the ids `sample` gives; the step counters advance either way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modeld.execution.sampler import SlotSampler
+from modeld.kernels.sampling import reference as ref
+
+
+class _Counting:
+    """The reference sampling module, counting which entry point each pick used."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sample(self, *a):
+        self.calls.append("sample")
+        return ref.sample(*a)
+
+    def sample_unfiltered(self, *a):
+        self.calls.append("unfiltered")
+        return ref.sample_unfiltered(*a)
+
+
+# (temperature, top_k, top_p) of two slots -> whether the sort is needed
+CASES = [
+    (((0.0, 0, 1.0), (0.0, 0, 1.0)), False),  # greedy
+    (((0.0, 40, 0.9), (0.0, 0, 1.0)), False),  # greedy rows ignore their filters
+    (((0.8, 0, 1.0), (1.0, 0, 1.0)), False),  # temperature only
+    (((0.8, 0, 1.0), (0.7, 40, 1.0)), True),  # one slot's top-k
+    (((0.8, 0, 0.95), (0.0, 0, 1.0)), True),  # one slot's top-p
+]
+
+
+@pytest.mark.parametrize("params,filters", CASES)
+def test_unfiltered_exactly_when_no_slot_filters(params, filters):
+    op = _Counting()
+    s = SlotSampler(op, 2, torch.device("cpu"))
+    for slot, (t, k, p) in enumerate(params):
+        s.configure(slot, temperature=t, top_k=k, top_p=p, seed=1234 + slot)
+    assert s.filters is filters
+    logits = torch.randn(2, 1000, generator=torch.Generator().manual_seed(7)) * 3
+    got = [s.pick(logits) for _ in range(4)]
+    assert op.calls == ["sample" if filters else "unfiltered"] * 4
+    assert s.step.tolist() == [4, 4]
+    # the same draws through the full spec (its threshold sort included)
+    for step, ids in enumerate(got):
+        want = ref.sample(logits, s.temperature, s.top_k, s.top_p, s.seed, torch.full((2,), step, dtype=torch.int64))
+        assert ids.tolist() == want.tolist()
+
+
+def test_reconfiguring_a_slot_updates_the_choice():
+    op = _Counting()
+    s = SlotSampler(op, 1, torch.device("cpu"))
+    s.configure(0, temperature=0.8, top_k=40, top_p=0.95, seed=0)
+    assert s.filters
+    s.configure(0, temperature=0.0, top_k=0, top_p=1.0, seed=0)
+    assert not s.filters
