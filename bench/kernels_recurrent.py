@@ -205,27 +205,29 @@ def _gdn_set(N, decode, Hk=16, Hv=48, Dk=128, Dv=128):
     return q, k, v, a, b, A_log, dt_bias, state
 
 
+GDN_27B = (16, 48, 128, 128)  # Hk, Hv, Dk, Dv of the 27B's GDN layers
+
+
 def bench_gdn_decode_rows(reps):
     """The GDN one-token decode rows at B 1 / 8 / 32 (bench/kernels_gdn_decode.py); group "gdn-decode" alone."""
     from bench.kernels_gdn_decode import bench_gdn_decode
     from modeld.kernels.gdn import reference as ref, triton as tt
-    import modeld.kernels.gdn.triton as gt
 
-    caller_decode = os.environ.get(gt.DECODE_ENV)  # restored after the decode rows
+    caller_decode = os.environ.get(tt.DECODE_ENV)  # restored after the decode rows
     try:
         for B in (1, 8, 32):
-            bench_gdn_decode(B, 16, 48, 128, 128, tt, ref, reps)
+            bench_gdn_decode(B, *GDN_27B, tt, ref, reps)
     finally:
         if caller_decode is None:
-            os.environ.pop(gt.DECODE_ENV, None)
+            os.environ.pop(tt.DECODE_ENV, None)
         else:
-            os.environ[gt.DECODE_ENV] = caller_decode
+            os.environ[tt.DECODE_ENV] = caller_decode
 
 
 def bench_gdn(reps):
     from modeld.kernels.gdn import reference as ref, triton as tt
 
-    Hk, Hv, Dk, Dv = 16, 48, 128, 128
+    Hk, Hv, Dk, Dv = GDN_27B
     bench_gdn_decode_rows(reps)
     caller_chunk = os.environ.get("MODELD_GDN_CHUNK")  # restored after the group
     os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 (the default is v2)

@@ -116,13 +116,13 @@ CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
 AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
 
 
-def mid_m(fmt: str | None = None, m: int = 0) -> str:
-    """$MODELD_MID_M if set, else MID_M; "auto" resolves for a call of format fmt ("bf16" / "fp8" / "int4") with m
-    tokens (fmt None: "auto" itself). Refuses anything but gemm / chunk / tile / auto."""
+def mid_m(fmt: str, m: int) -> str:
+    """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens: $MODELD_MID_M if set, else
+    MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
     v = os.environ.get(MID_M_ENV) or MID_M
     if v not in ("gemm", "chunk", "tile", "auto"):
         raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
-    if v == "auto" and fmt is not None:
+    if v == "auto":
         return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M else "tile"
     return v
 
