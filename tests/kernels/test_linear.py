@@ -44,13 +44,14 @@ def _fn(fmt: str, swiglu: bool) -> str:
     return "swiglu_" + base if swiglu else base
 
 
-def _int4_exact(x, w, group) -> bool:
+def _int4_exact(x, w, group, swiglu: bool) -> bool:
     """Whether an int4 call with M > 1 multiplies exact 128 + q (the batched mma.sync GEMV, 2 <= M <= 16, or under
     MODELD_MID_M=chunk 16-token slices of it; a 1-token slice takes an M == 1 GEMV, exact as well)."""
     m = x.shape[0]
     if gm.int4_gemv() != "hmma" or group not in (128, 256):
         return False
-    if tt.CHUNK_M < m <= tt.MID_MAX_M and tt.mid_m("int4", m) == "chunk":
+    n = w.shape[0] // 2 if swiglu else w.shape[0]
+    if tt.CHUNK_M < m <= tt.MID_MAX_M and tt.mid_m("int4", m, n, swiglu) == "chunk":
         return all(len(s) == 1 or hb.usable(s, w, group) for s in x.split(tt.CHUNK_M))
     return hb.usable(x, w, group)
 
@@ -60,7 +61,7 @@ def _check(m, n, k, fmt, swiglu, gen, device, out_dtype=torch.bfloat16):
     ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
     name = _fn(fmt, swiglu)
     got = getattr(tt, name)(x, *ws, out_dtype=out_dtype)
-    if fmt.startswith("int4") and m > 1 and not interpreting() and not _int4_exact(x, ws[0], int(fmt[5:])):
+    if fmt.startswith("int4") and m > 1 and not interpreting() and not _int4_exact(x, ws[0], int(fmt[5:]), swiglu):
         # Tensor-core tile paths multiply bf16 operands, so the int4 weight is dequantised and rounded to
         # bf16 first (as every w4a16 MMA kernel does; see linear/triton.py). Compare with the spec
         # applied to that bf16 weight: SwiGLU multiplies gate by up, so the rounding of W alone
@@ -120,9 +121,11 @@ def test_mid_m_routes(gen, device, monkeypatch):
     tt.linear(x, w)
     assert len(calls) == 1 and calls[0][1].block_m == 64
     assert configs.mid_tile("int4", False, 32, 5120, False).block_m == 32
-    monkeypatch.delenv(tt.MID_M_ENV)  # the default, "auto": chunk for fp8 / int4 up to 32 tokens, else tile
-    assert [tt.mid_m(f, m) for f, m in (("int4", 17), ("fp8", 32), ("int4", 33), ("bf16", 17))] == [
-        "chunk", "chunk", "tile", "tile"]
+    # the default, "auto": chunk for fp8 / int4 up to 32 tokens unless plain and N >= 16384, else tile
+    monkeypatch.delenv(tt.MID_M_ENV)
+    cases = (("int4", 17, 5120, False), ("fp8", 32, 5120, False), ("int4", 33, 5120, False), ("bf16", 17, 5120, False),
+             ("fp8", 32, 16384, False), ("int4", 17, 16384, False), ("int4", 32, 17408, True), ("fp8", 24, 16383, False))
+    assert [tt.mid_m(*c) for c in cases] == ["chunk", "chunk", "tile", "tile", "tile", "tile", "chunk", "chunk"]
     monkeypatch.setenv(tt.MID_M_ENV, "bogus")
     with pytest.raises(KernelValueError, match="MODELD_MID_M"):
         tt.linear(x, w)
@@ -397,8 +400,8 @@ def test_gpu_27b_shapes(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):
 @pytest.mark.parametrize("policy", ["chunk", "tile"])
 @pytest.mark.parametrize("m", [17, 32, 64])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:4:3] + GPU_SHAPES[1:2],
-                         ids=["gate-up-swiglu", "o_proj", "down"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:4:3] + GPU_SHAPES[1:2] + GPU_SHAPES[5:6],
+                         ids=["gate-up-swiglu", "o_proj", "down", "gdn-in_proj"])
 def test_gpu_mid_m(n, k, swiglu, fmt, m, policy, gen, device, poisoned_outputs, monkeypatch):
     monkeypatch.setenv(tt.MID_M_ENV, policy)
     _check(m, n, k, fmt, swiglu, gen, device)

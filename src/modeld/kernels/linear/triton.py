@@ -104,26 +104,30 @@ W8A8_MIN_M = 512
 # "gemm" = the prefill bucket's tile (128-row M blocks: a 5120-row output is 40-80 programs, too few to stream the
 # weights); "chunk" = slices of 16 tokens, each through the M <= 16 paths (the batched mma.sync GEMVs; the weights
 # are read once per slice); "tile" = the 16-row skinny tile widened to 32 / 64 rows (`configs.mid_tile`; the
-# weights are read once); "auto" (default) = chunk for fp8 / int4 up to M 32, else tile. H200, 27B engine at 32
-# slots, session 11 (KNOWLEDGE/optimizations/mid-m-decode-routing.md): int4 568 -> 1281 tok/s with chunk (tile
-# 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than gemm at every 27B
-# shape at M 32 and 64. Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise
-# KernelValueError.
+# weights are read once); "auto" (default) = chunk for fp8 / int4 up to M 32, except plain projections with
+# N >= AUTO_TILE_MIN_N (there the tile's N blocks are 64 rows wide, configs._default "skinny"), else tile. H200,
+# 27B engine at 32 slots, session 11 (KNOWLEDGE/optimizations/mid-m-decode-routing.md): int4 568 -> 1281 tok/s
+# with chunk (tile 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than
+# gemm at every 27B shape at M 32 and 64. Session 12 graph-timed kernel rows: the GDN in_proj (N 16384) at M 24 /
+# 32 takes fp8 41.7 / 42.7 us as a tile against 61.1 / 69.6 chunked (int4 49.4 / 46.8 against 54.4 / 60.7).
+# Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise KernelValueError.
 MID_M = "auto"
 MID_M_ENV = "MODELD_MID_M"
 MID_MAX_M = 64
 CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
 AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
+AUTO_TILE_MIN_N = 16384  # "auto": plain fp8 / int4 outputs this wide take the tile at any mid M
 
 
-def mid_m(fmt: str, m: int) -> str:
-    """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens: $MODELD_MID_M if set, else
-    MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
+def mid_m(fmt: str, m: int, n: int, swiglu: bool) -> str:
+    """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens and n output columns:
+    $MODELD_MID_M if set, else MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
     v = os.environ.get(MID_M_ENV) or MID_M
     if v not in ("gemm", "chunk", "tile", "auto"):
         raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
     if v == "auto":
-        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M else "tile"
+        wide_plain = n >= AUTO_TILE_MIN_N and not swiglu
+        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M and not wide_plain else "tile"
     return v
 
 
@@ -361,7 +365,7 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
     if m == 0 or n == 0:
         return y
     if config is None and CHUNK_M < m <= MID_MAX_M:
-        policy = mid_m(_FMT_NAMES[fmt], m)
+        policy = mid_m(_FMT_NAMES[fmt], m, n, swiglu)
         if policy == "chunk":
             for i in range(0, m, CHUNK_M):
                 _route(x[i:i + CHUNK_M], w, ws, wm, fmt, swiglu, group, None, y[i:i + CHUNK_M], sm, device)
