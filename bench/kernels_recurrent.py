@@ -298,6 +298,11 @@ def bench_embedding_sampling(reps):
              ref_eager=True)
         case("sample_unfiltered(t0.8)", f"B{B} V{V}", lambda B=B: (lambda m: (m[0], m[1], m[4], m[5]))(make(B)),
              B * V * 2, stt.sample_unfiltered, sref.sample_unfiltered, reps, n_sets=8, ref_eager=True)
+        # the same filters with the threshold from torch.topk(z, 64) (execution.sampler's top-k path, k_max =
+        # the next power of two of top_k 50) instead of the sort above: its row beside "sample(...)" is the A/B
+        case("sample_top_k(t0.8,k50,p0.9;64)", f"B{B} V{V}", make, B * V * 2,
+             lambda *a: stt.sample_top_k(*a, k_max=64), lambda *a: sref.sample_top_k(*a, k_max=64), reps, n_sets=8,
+             ref_eager=True)
 
 
 # ----------------------------------------------------------------------------- offline sm_90 compile

@@ -121,6 +121,74 @@ def test_unfiltered_equals_sample_with_filters_off(impl, gen, device):
     assert torch.equal(got, impl.sample(logits, **p))
 
 
+def _mixed_top_k_params(B, device, gen, k_max):
+    """Rows the top-k path takes: greedy (with and without filters), filters off, and 1 <= top_k <= k_max with
+    top_p from 0.3 to 1."""
+    p = _params(B, device, temperature=0.8, seed=int(torch.randint(0, 2**62, (1,), generator=gen)))
+    p["top_k"] = torch.randint(1, k_max + 1, (B,), generator=gen, dtype=torch.int32).to(device)
+    p["top_p"] = (0.3 + 0.7 * torch.rand(B, generator=gen)).to(device)
+    p["top_k"][-1] = k_max  # the bound itself
+    p["temperature"][:3] = 0.0  # greedy rows ignore their filters
+    p["top_k"][3:5] = 0  # filters off
+    p["top_p"][3:5] = 1.0
+    p["top_p"][5:8] = 1.0  # top-k alone
+    return p
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("V,k_max", [(300, 64), (17000, 16), (500, 500)], ids=["V300-k64", "V17000-k16", "kmax-is-V"])
+def test_top_k_path_picks_what_sample_picks(impl, V, k_max, gen, device):
+    B = 96
+    logits = (torch.randn(B, V, generator=gen) * 2).to(device)
+    p = _mixed_top_k_params(B, device, gen, k_max)
+    got, want = impl.sample_top_k(logits, **p, k_max=k_max), impl.sample(logits, **p)
+    # the same threshold from the k_max largest z; a top-p mass summed in another order can differ in the last
+    # ulp, which moves the threshold only where a rank's mass-above ties top_p: never on random inputs
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_top_k_path_distribution(impl, gen, device):
+    V, N, top_k, top_p = 9, 3000, 6, 0.9
+    row = torch.randn(V, generator=gen) * 1.5
+    logits = row[None].expand(N, V).contiguous().to(device)
+    p = _params(N, device, 1.0, top_k, top_p, seed=int(torch.randint(0, 2**62, (1,), generator=gen)))
+    counts = torch.bincount(impl.sample_top_k(logits, **p, k_max=8).cpu(), minlength=V).double()
+    probs = _spec_probs(row, 1.0, top_k, top_p)
+    assert counts[probs == 0].sum() == 0
+    support = probs > 0
+    chi2 = ((counts[support] - probs[support] * N) ** 2 / (probs[support] * N)).sum()
+    df = int(support.sum()) - 1
+    p_value = float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64), chi2 / 2))
+    assert p_value > P_VALUE_FLOOR, f"chi2={chi2:.1f} df={df}: counts {counts.tolist()}"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_top_k_path_refuses_k_max_outside_the_vocabulary(impl, device):
+    logits = torch.randn(2, 10, device=device)
+    p = _params(2, device, top_k=3)
+    for k_max in (0, 11):
+        with pytest.raises(KernelValueError, match="k_max"):
+            impl.sample_top_k(logits, **p, k_max=k_max)
+
+
+def test_reference_top_k_path_refuses_rows_outside_its_contract(device):
+    logits = torch.randn(2, 10, device=device)
+    for bad in (dict(top_k=5), dict(top_k=0, top_p=0.9)):  # above k_max; top-p alone
+        with pytest.raises(KernelValueError, match="sample_top_k"):
+            ref.sample_top_k(logits, **_params(2, device, **bad), k_max=4)
+    ref.sample_top_k(logits, **_params(2, device, temperature=0.0, top_k=9, top_p=0.5), k_max=4)  # greedy: free
+
+
+@pytest.mark.gpu
+def test_gpu_top_k_path_at_the_27b_vocabulary(gen, device):
+    for B, k_max in [(1, 32), (16, 64), (4, 1024)]:
+        logits = (torch.randn(B, 248320, generator=gen) * 3).bfloat16().to(device)
+        p = _params(B, device, temperature=0.7, top_k=k_max // 2 + 1, top_p=0.8, seed=11)
+        assert torch.equal(tt.sample_top_k(logits, **p, k_max=k_max), tt.sample(logits, **p))
+        assert (tt.sample_top_k(logits, **p, k_max=k_max) == ref.sample_top_k(logits, **p, k_max=k_max)).float().mean() >= 0.9
+
+
 @pytest.mark.gpu
 def test_gpu_vocab_sizes(gen, device):
     for B, V in [(1, 248320), (16, 248320), (4, 49152)]:

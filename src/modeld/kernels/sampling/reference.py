@@ -13,6 +13,9 @@ Per row b of logits [B, V] (all parameters are per-row device tensors, so the ho
 
 `sample_unfiltered` is `sample` with top-k and top-p off in every row (thr = −inf): the host knows
 when no request in the batch filters and can skip the threshold's vocabulary sort.
+`sample_top_k` is `sample` for batches whose sampled rows all have 1 ≤ top_k ≤ k_max, or have both filters
+off: steps 3–5 need only the k_max largest z, so the threshold comes from a top-k selection instead of a sort
+of all V (the host knows every request's top_k and picks k_max).
 
 Noise: u = ((h >> 8) + 0.5) · 2⁻²⁴ with h = mix(key ^ mix(v + 0x632BE5AB)),
 key = mix(seed_lo ^ mix(seed_hi ^ mix(step_lo + 0x9E3779B9))), mix = "lowbias32" integer hash on
@@ -27,7 +30,7 @@ import torch
 from modeld.kernels._checks import check_tensor, same_device
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 
-__all__ = ["sample", "sample_unfiltered"]
+__all__ = ["sample", "sample_unfiltered", "sample_top_k"]
 
 LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MASK32 = 0xFFFFFFFF
@@ -99,6 +102,49 @@ def sample(logits, temperature, top_k, top_p, seed, step) -> torch.Tensor:
     x = logits.float()
     z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
     return _draw(x, z, temperature, keep_threshold(z, top_k, top_p), seed, step)
+
+
+def keep_threshold_top(z: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, k_max: int) -> torch.Tensor:
+    """`keep_threshold` for rows with 1 <= top_k <= k_max, from the k_max largest z; −inf for rows with
+    top_k == 0 (the caller guarantees their top_p is 1). All device ops, no sort of V."""
+    vals = torch.topk(z, k_max, dim=1, largest=True, sorted=True).values  # [B, k_max], descending
+    rank = torch.arange(k_max, device=z.device)[None, :]
+    on = top_k > 0
+    keep = rank < torch.where(on, top_k.long(), torch.full_like(top_k.long(), k_max))[:, None]
+    p = torch.softmax(vals.masked_fill(~keep, float("-inf")), dim=1)
+    mass_above = torch.cumsum(p, dim=1) - p
+    keep &= (mass_above < top_p[:, None]) | (rank == 0)
+    n_keep = keep.sum(dim=1)  # >= 1
+    thr = vals.gather(1, (n_keep - 1)[:, None])[:, 0]
+    return torch.where(on, thr, torch.full_like(thr, float("-inf")))
+
+
+def check_top_k_bound(logits, temperature, top_k, top_p, k_max) -> None:
+    """The contract of `sample_top_k` that needs values: 1 <= k_max <= V, and every row with temperature > 0
+    has 1 <= top_k <= k_max or both filters off (top_k 0, top_p 1). Host reads: reference only."""
+    V = logits.shape[1]
+    if not 1 <= int(k_max) <= V:
+        raise KernelValueError(f"k_max must be in [1, V = {V}], got {k_max}")
+    sampled = temperature > 0
+    bounded = (top_k >= 1) & (top_k <= int(k_max))
+    off = (top_k == 0) & (top_p == 1)
+    if bool((sampled & ~bounded & ~off).any()):
+        raise KernelValueError(f"sample_top_k: every sampled row needs 1 <= top_k <= k_max ({k_max}) "
+                               "or top_k 0 with top_p 1; use sample for the others")
+
+
+def sample_top_k(logits, temperature, top_k, top_p, seed, step, k_max: int) -> torch.Tensor:
+    """`sample` for rows whose top_k is in [1, k_max] (or whose filters are off; greedy rows are free): the
+    same tokens, up to float ties of the top-p mass, from the k_max largest z instead of a sort of V.
+    Returns ids [B] int64 (new); mutates nothing. Raises KernelValueError where a row breaks that contract."""
+    check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
+    same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
+    if bool((temperature < 0).any()) or bool(((top_p <= 0) | (top_p > 1)).any()) or bool((top_k < 0).any()):
+        raise KernelValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0 in every row")
+    check_top_k_bound(logits, temperature, top_k, top_p, k_max)
+    x = logits.float()
+    z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
+    return _draw(x, z, temperature, keep_threshold_top(z, top_k, top_p, k_max), seed, step)
 
 
 def _draw(x, z, temperature, thr, seed, step):

@@ -13,9 +13,10 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
-from modeld.kernels.sampling.reference import check_draw_inputs, check_sample_inputs, keep_threshold
+from modeld.kernels.errors import KernelValueError
+from modeld.kernels.sampling.reference import check_draw_inputs, check_sample_inputs, keep_threshold, keep_threshold_top
 
-__all__ = ["sample", "sample_unfiltered"]
+__all__ = ["sample", "sample_unfiltered", "sample_top_k"]
 
 # V is cut into SPLIT_LEN-token ranges, one program each, so a 248k vocabulary spreads over ~30 SMs
 SPLIT_LEN = 8192
@@ -89,6 +90,19 @@ def sample_unfiltered(logits, temperature, seed, step) -> torch.Tensor:
     check_same_device(logits=logits, temperature=temperature, seed=seed, step=step)
     thr = torch.full((logits.shape[0],), float("-inf"), dtype=torch.float32, device=logits.device)
     return _launch_draw(logits, temperature, thr, seed, step)
+
+
+def sample_top_k(logits, temperature, top_k, top_p, seed, step, k_max: int) -> torch.Tensor:
+    """`sample` for rows whose top_k is in [1, k_max] (or whose filters are off): the threshold from
+    `torch.topk(z, k_max)` instead of a sort of V. Returns ids [B] int64 (new); mutates nothing. The row
+    contract is the caller's (it knows every request's top_k); the reference checks it on the host."""
+    check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
+    check_same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
+    if not 1 <= int(k_max) <= logits.shape[1]:
+        raise KernelValueError(f"k_max must be in [1, V = {logits.shape[1]}], got {k_max}")
+    greedy = temperature == 0
+    z = logits.float() / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    return _launch_draw(logits, temperature, keep_threshold_top(z, top_k, top_p, int(k_max)).contiguous(), seed, step)
 
 
 def _launch_draw(logits, temperature, thr, seed, step) -> torch.Tensor:
