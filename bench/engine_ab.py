@@ -61,8 +61,34 @@ def parse(argv):
     ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
                     help="also record the N kernels with the most device time per graph replay (torch.profiler, 5 "
                     "replays) of each variant's first build (default 0: none)")
+    ap.add_argument("--sampling", type=sampling_params, default=None, metavar="T,K,P",
+                    help="time each step with execution.sampler.SlotSampler configured with temperature T, top_k K, "
+                         "top_p P in every slot (seed = slot) instead of an argmax, e.g. 0.7,20,0.8; sampler "
+                         "switches such as MODELD_SAMPLER_TOPK are read per pick, so they A/B here")
     ap.add_argument("--budget-s", type=float, default=500.0, help="wall budget (recorded)")
     return ap.parse_args(argv)
+
+
+def sampling_params(text: str) -> tuple[float, int, float]:
+    """--sampling "T,K,P" -> (temperature, top_k, top_p); argparse reports a ValueError as a usage error."""
+    t, k, p = text.split(",")
+    t, k, p = float(t), int(k), float(p)
+    if t < 0 or k < 0 or not 0 < p <= 1:
+        raise ValueError(text)
+    return t, k, p
+
+
+def slot_sampler(eng, sampling: tuple[float, int, float] | None):
+    """`SlotSampler.pick` for every slot of eng with (temperature, top_k, top_p) (None: None)."""
+    if sampling is None:
+        return None
+    from modeld.execution.sampler import SlotSampler
+
+    t, k, p = sampling
+    s = SlotSampler(eng.kernels.sampling, eng.options.slots, eng.device)
+    for slot in range(eng.options.slots):
+        s.configure(slot, temperature=t, top_k=k, top_p=p, seed=slot)
+    return s.pick
 
 
 def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict, list | None]:
@@ -73,7 +99,7 @@ def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict
     try:
         eng, build_s = C.engine_from_hf(st, profile, st.args.seed, st.args.workers, st.args.slots)
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)] if want_logits else None
-        d = C.engine_bench.decode_speed(eng, st.args.steps, 128)
+        d = C.engine_bench.decode_speed(eng, st.args.steps, 128, pick=slot_sampler(eng, st.args.sampling))
         res = {"build_s": build_s, "graph_captured": eng.graph.captured,
                **{k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50")}}
         if want_logits and st.args.kernel_table and eng.graph.captured:

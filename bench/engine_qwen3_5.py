@@ -115,10 +115,15 @@ def parity(engine, fixture: dict, tie: float) -> dict:
     return {"pass": ok, "max_topk_logit_err": worst, "cases": rows}
 
 
-def decode_speed(engine, steps: int, context: int) -> dict:
-    """Decode steps at a `context`-token prompt in every slot (each step: one token per slot, slot 0's argmax fed
-    to all). tok_per_s_p50 counts every slot's token: slots / p50 step time."""
+def decode_speed(engine, steps: int, context: int, pick=None) -> dict:
+    """Decode steps at a `context`-token prompt in every slot (each step: one token per slot, slot 0's token fed
+    to all). The token is slot 0's argmax, or with `pick` (logits [slots, V] -> ids [slots] on the device, e.g. a
+    configured `SlotSampler.pick`) its pick, so the timed step includes that sampler. tok_per_s_p50 counts every
+    slot's token: slots / p50 step time."""
     import torch
+
+    def choose(logits) -> int:  # int() reads the id back: the step's host sync
+        return int(torch.argmax(logits[0])) if pick is None else int(pick(logits)[0])
 
     slots = engine.options.slots
     for s in range(slots):
@@ -126,11 +131,11 @@ def decode_speed(engine, steps: int, context: int) -> dict:
         engine.prefill(s, [(5 * i + 1) % (engine.config.vocab - 32) for i in range(context)])
     tok = 11
     for _ in range(5):  # warm
-        tok = int(torch.argmax(engine.decode([tok] * slots)[0]))
+        tok = choose(engine.decode([tok] * slots))
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        tok = int(torch.argmax(engine.decode([tok] * slots)[0]))  # .item() syncs
+        tok = choose(engine.decode([tok] * slots))
         times.append(time.perf_counter() - t0)
     sync()
     t0 = time.perf_counter()

@@ -42,6 +42,21 @@ def test_engine_ab_dry_run_with_slots(tmp_path):
     assert abs(run["tok_per_s_p50"] * run["p50_s"] - 2) < 1e-6
 
 
+def test_engine_ab_dry_run_with_sampling(tmp_path):
+    """--sampling: every timed step picks through SlotSampler (here its top-k path against the sort)."""
+    out = tmp_path / "ab"
+    r = _run([str(BENCH / "engine_ab.py"), "--out", str(out), "--variant", "sort:MODELD_SAMPLER_TOPK=0",
+              "--variant", "topk:MODELD_SAMPLER_TOPK=1", "--profiles", "bf16", "--slots", "2", "--rounds", "1",
+              "--steps", "2", "--tokens", "3", "--sampling", "0.7,20,0.8", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "engine_ab.json").read_text())
+    assert not doc["errors"], doc["errors"]
+    assert set(doc["stages"]["ab_bf16"]["variants"]) == {"sort", "topk"}
+    bad = _run([str(BENCH / "engine_ab.py"), "--out", str(tmp_path), "--variant", "a:MODELD_PDL=0",
+                "--sampling", "0.7,20", *TINY], 60)
+    assert bad.returncode != 0 and "--sampling" in bad.stderr
+
+
 def test_engine_ab_rejects_bad_variant(tmp_path):
     r = _run([str(BENCH / "engine_ab.py"), "--out", str(tmp_path), "--variant", "nameonly=1", *TINY], 60)
     assert r.returncode != 0 and "--variant" in r.stderr
