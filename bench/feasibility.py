@@ -197,6 +197,16 @@ def cases(dev: str):
     yield "linear gemm fp8-weight TMA (opt-in config) M=4096", L, lambda: lin._launch(
         x4k, w8, s8, None, lin.FMT_FP8, False, torch.bfloat16, 0, config=TileConfig(128, 128, 64, 8, 3, tma=True))
     yield "linear skinny bf16 M=8", L, lambda: lin.linear(x8, w)
+    # mid-M tiles (MODELD_MID_M=tile): 32 rows of M compile to mma.sync, 64 rows to wgmma, which is why fp8 / int4
+    # SwiGLU tiles at M <= 32 run 1.6-2x slower (KNOWLEDGE/optimizations/mid-m-decode-routing.md)
+    from modeld.kernels.linear.configs import mid_tile
+    w8g, s8g = rnd(2 * n, d, dtype=torch.float8_e4m3fn), rnd(2 * n, dtype=torch.float32)
+    for m in (32, 48):
+        xm = rnd(m, d)
+        yield f"linear mid tile swiglu fp8 M={m}", L, (lambda xm=xm, m=m: lin._launch(
+            xm, w8g, s8g, None, lin.FMT_FP8, True, torch.bfloat16, 0, config=mid_tile("fp8", True, m, n, False)))
+        yield f"linear mid tile swiglu int4 M={m}", L, (lambda xm=xm, m=m: lin._launch(
+            xm, qw2, qs2, qm2, lin.FMT_INT4, True, torch.bfloat16, 128, config=mid_tile("int4", True, m, n, False)))
     yield "linear skinny int4 M=8", L, lambda: lin.linear_int4(x8, qw, qs, qm)
     yield "linear gemv bf16 M=1", L, lambda: lin.linear(x1, w)
     yield "linear gemv swiglu bf16 M=1", L, lambda: lin.swiglu_linear(x1, w2)
