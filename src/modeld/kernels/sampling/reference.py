@@ -56,6 +56,13 @@ def check_sample_inputs(logits, temperature, top_k, top_p, seed, step) -> None:
     check_tensor("top_p", top_p, dtypes=(torch.float32,), shape=[B])
 
 
+def check_sample_values(temperature, top_k, top_p) -> None:
+    """temperature >= 0, 0 < top_p <= 1 and top_k >= 0 in every row (host reads: reference only).
+    Raises KernelValueError."""
+    if bool((temperature < 0).any()) or bool(((top_p <= 0) | (top_p > 1)).any()) or bool((top_k < 0).any()):
+        raise KernelValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0 in every row")
+
+
 def mix32(x: torch.Tensor) -> torch.Tensor:
     """lowbias32 on int64 tensors holding 32-bit values (products wrap; low 32 bits kept)."""
     x = x & MASK32
@@ -97,8 +104,7 @@ def sample(logits, temperature, top_k, top_p, seed, step) -> torch.Tensor:
     """
     check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
     same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
-    if bool((temperature < 0).any()) or bool(((top_p <= 0) | (top_p > 1)).any()) or bool((top_k < 0).any()):
-        raise KernelValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0 in every row")
+    check_sample_values(temperature, top_k, top_p)
     x = logits.float()
     z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
     return _draw(x, z, temperature, keep_threshold(z, top_k, top_p), seed, step)
@@ -139,8 +145,7 @@ def sample_top_k(logits, temperature, top_k, top_p, seed, step, k_max: int) -> t
     Returns ids [B] int64 (new); mutates nothing. Raises KernelValueError where a row breaks that contract."""
     check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
     same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
-    if bool((temperature < 0).any()) or bool(((top_p <= 0) | (top_p > 1)).any()) or bool((top_k < 0).any()):
-        raise KernelValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0 in every row")
+    check_sample_values(temperature, top_k, top_p)
     check_top_k_bound(logits, temperature, top_k, top_p, k_max)
     x = logits.float()
     z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
