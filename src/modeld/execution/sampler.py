@@ -78,12 +78,11 @@ class SlotSampler:
         return min(vocab, 1 << (max(ks) - 1).bit_length())
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
-        k_max = None
-        if self.filters and topk_path():
-            k_max = self.top_k_bound(logits.shape[1])
+        filters = self.filters
+        k_max = self.top_k_bound(logits.shape[1]) if filters and topk_path() else None
         if k_max is not None:
             ids = self.op.sample_top_k(logits, self.temperature, self.top_k, self.top_p, self.seed, self.step, k_max)
-        elif self.filters:
+        elif filters:
             ids = self.op.sample(logits, self.temperature, self.top_k, self.top_p, self.seed, self.step)
         else:
             ids = self.op.sample_unfiltered(logits, self.temperature, self.seed, self.step)

@@ -5,15 +5,19 @@ A config is chosen by `pick(...)`: first an exact entry of `TUNED` keyed by
 autotuned at serving time. Every TUNED entry records where it came from (Triton version, date,
 measurement). Buckets: "gemv" (M == 1, elementwise FMA + one reduction per program), "skinny"
 (2 <= M <= 16, one 16-row tl.dot tile), "gemm" (M > 16, 2-D tiled tl.dot with grouped ordering).
+Calls with 16 < M <= 64 first ask `mid_m` whether to go chunked, widened (`mid_tile`) or to the "gemm" tile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
-__all__ = ["TileConfig", "TUNED", "pick", "mid_tile", "m_bucket", "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED",
-           "pick_gemv", "GEMV_INTERPRETER"]
+from modeld.kernels.errors import KernelValueError
+
+__all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "MID_M", "MID_M_ENV", "MID_MAX_M", "CHUNK_M", "m_bucket",
+           "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED", "pick_gemv", "GEMV_INTERPRETER"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,38 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
     if swiglu:
         return TileConfig(128, 128 if fmt == "bf16" else 64, 64, 8, 4 if fmt == "bf16" else 3)
     return TileConfig(128, 128, 64, 8, 3)
+
+
+# linear.triton calls with 16 < M <= MID_MAX_M and no explicit TileConfig: decode at more than 16 slots, short
+# prefill tails.
+# "gemm" = the prefill bucket's tile (128-row M blocks: a 5120-row output is 40-80 programs, too few to stream the
+# weights); "chunk" = slices of 16 tokens, each through the M <= 16 paths (the batched mma.sync GEMVs; the weights
+# are read once per slice); "tile" = the 16-row skinny tile widened to 32 / 64 rows (`mid_tile` below; the
+# weights are read once); "auto" (default) = chunk for fp8 / int4 up to M 32, except plain projections with
+# N >= AUTO_TILE_MIN_N (there the tile's N blocks are 64 rows wide, `_default` "skinny"), else tile. H200,
+# 27B engine at 32 slots, session 11 (KNOWLEDGE/optimizations/mid-m-decode-routing.md): int4 568 -> 1281 tok/s
+# with chunk (tile 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than
+# gemm at every 27B shape at M 32 and 64. Session 12 graph-timed kernel rows: the GDN in_proj (N 16384) at M 24 /
+# 32 takes fp8 41.7 / 42.7 us as a tile against 61.1 / 69.6 chunked (int4 49.4 / 46.8 against 54.4 / 60.7).
+# Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise KernelValueError.
+MID_M = "auto"
+MID_M_ENV = "MODELD_MID_M"
+MID_MAX_M = 64
+CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
+AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
+AUTO_TILE_MIN_N = 16384  # "auto": plain fp8 / int4 outputs this wide take the tile at any mid M
+
+
+def mid_m(fmt: str, m: int, n: int, swiglu: bool) -> str:
+    """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens and n output columns:
+    $MODELD_MID_M if set, else MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
+    v = os.environ.get(MID_M_ENV) or MID_M
+    if v not in ("gemm", "chunk", "tile", "auto"):
+        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
+    if v == "auto":
+        wide_plain = n >= AUTO_TILE_MIN_N and not swiglu
+        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M and not wide_plain else "tile"
+    return v
 
 
 def mid_tile(fmt: str, swiglu: bool, m: int, n: int, interpreting: bool) -> TileConfig:

@@ -13,7 +13,7 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
 `gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
 fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
-=mma16: there up to M 16). 16 < M <= 64 without an explicit config follow `mid_m` (16-token slices through those
+=mma16: there up to M 16). 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
 paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
@@ -59,7 +59,9 @@ from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launc
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
-from modeld.kernels.linear.configs import GEMV_TUNED, TileConfig, mid_tile, pick, pick_gemv
+# the mid-M policy (16 < M <= 64) lives beside the tile configs; MID_M_ENV is re-exported for benches and tests
+from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig, mid_m, mid_tile, pick,  # noqa: F401
+                                          pick_gemv)
 
 __all__ = [
     "linear",
@@ -99,36 +101,6 @@ DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "512"))
 # call time. Any other value raises KernelValueError at the first fp8 prefill.
 FP8_PREFILL = os.environ.get("MODELD_FP8_PREFILL", "w8a16")
 W8A8_MIN_M = 512
-
-# Calls with 16 < M <= MID_MAX_M and no explicit TileConfig: decode at more than 16 slots, short prefill tails.
-# "gemm" = the prefill bucket's tile (128-row M blocks: a 5120-row output is 40-80 programs, too few to stream the
-# weights); "chunk" = slices of 16 tokens, each through the M <= 16 paths (the batched mma.sync GEMVs; the weights
-# are read once per slice); "tile" = the 16-row skinny tile widened to 32 / 64 rows (`configs.mid_tile`; the
-# weights are read once); "auto" (default) = chunk for fp8 / int4 up to M 32, except plain projections with
-# N >= AUTO_TILE_MIN_N (there the tile's N blocks are 64 rows wide, configs._default "skinny"), else tile. H200,
-# 27B engine at 32 slots, session 11 (KNOWLEDGE/optimizations/mid-m-decode-routing.md): int4 568 -> 1281 tok/s
-# with chunk (tile 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than
-# gemm at every 27B shape at M 32 and 64. Session 12 graph-timed kernel rows: the GDN in_proj (N 16384) at M 24 /
-# 32 takes fp8 41.7 / 42.7 us as a tile against 61.1 / 69.6 chunked (int4 49.4 / 46.8 against 54.4 / 60.7).
-# Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise KernelValueError.
-MID_M = "auto"
-MID_M_ENV = "MODELD_MID_M"
-MID_MAX_M = 64
-CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
-AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
-AUTO_TILE_MIN_N = 16384  # "auto": plain fp8 / int4 outputs this wide take the tile at any mid M
-
-
-def mid_m(fmt: str, m: int, n: int, swiglu: bool) -> str:
-    """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens and n output columns:
-    $MODELD_MID_M if set, else MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
-    v = os.environ.get(MID_M_ENV) or MID_M
-    if v not in ("gemm", "chunk", "tile", "auto"):
-        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
-    if v == "auto":
-        wide_plain = n >= AUTO_TILE_MIN_N and not swiglu
-        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M and not wide_plain else "tile"
-    return v
 
 
 @triton.jit

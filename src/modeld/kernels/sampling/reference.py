@@ -82,18 +82,29 @@ def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, V: int) -> torch.Tensor
     return -torch.log(-torch.log(u))
 
 
-def keep_threshold(z: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """thr [B] fp32: the smallest z kept by top-k then top-p (steps 3–5); all device ops."""
-    V = z.shape[1]
-    zs, _ = torch.sort(z, dim=1, descending=True, stable=True)  # [B, V]
-    rank = torch.arange(V, device=z.device)[None, :]
-    k = torch.where(top_k > 0, top_k.long(), torch.full_like(top_k.long(), V))[:, None]
+def scaled(x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """Step 2: z = x / temperature per row (greedy rows, temperature 0, keep x)."""
+    return x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
+
+
+def _threshold_of_sorted(zs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Steps 3–5 on zs [B, W], each row's W largest z in descending order (W = V, or a top-k bound): the smallest
+    z kept by top-k (top_k 0: all W) then top-p."""
+    W = zs.shape[1]
+    rank = torch.arange(W, device=zs.device)[None, :]
+    k = torch.where(top_k > 0, top_k.long(), torch.full_like(top_k.long(), W))[:, None]
     keep = rank < k
     p = torch.softmax(zs.masked_fill(~keep, float("-inf")), dim=1)
     mass_above = torch.cumsum(p, dim=1) - p
     keep &= (mass_above < top_p[:, None]) | (rank == 0)
     n_keep = keep.sum(dim=1)  # >= 1
     return zs.gather(1, (n_keep - 1)[:, None])[:, 0]
+
+
+def keep_threshold(z: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """thr [B] fp32: the smallest z kept by top-k then top-p (steps 3–5); all device ops."""
+    zs, _ = torch.sort(z, dim=1, descending=True, stable=True)  # [B, V]
+    return _threshold_of_sorted(zs, top_k, top_p)
 
 
 def sample(logits, temperature, top_k, top_p, seed, step) -> torch.Tensor:
@@ -106,7 +117,7 @@ def sample(logits, temperature, top_k, top_p, seed, step) -> torch.Tensor:
     same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
     check_sample_values(temperature, top_k, top_p)
     x = logits.float()
-    z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
+    z = scaled(x, temperature)
     return _draw(x, z, temperature, keep_threshold(z, top_k, top_p), seed, step)
 
 
@@ -114,23 +125,21 @@ def keep_threshold_top(z: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     """`keep_threshold` for rows with 1 <= top_k <= k_max, from the k_max largest z; −inf for rows with
     top_k == 0 (the caller guarantees their top_p is 1). All device ops, no sort of V."""
     vals = torch.topk(z, k_max, dim=1, largest=True, sorted=True).values  # [B, k_max], descending
-    rank = torch.arange(k_max, device=z.device)[None, :]
-    on = top_k > 0
-    keep = rank < torch.where(on, top_k.long(), torch.full_like(top_k.long(), k_max))[:, None]
-    p = torch.softmax(vals.masked_fill(~keep, float("-inf")), dim=1)
-    mass_above = torch.cumsum(p, dim=1) - p
-    keep &= (mass_above < top_p[:, None]) | (rank == 0)
-    n_keep = keep.sum(dim=1)  # >= 1
-    thr = vals.gather(1, (n_keep - 1)[:, None])[:, 0]
-    return torch.where(on, thr, torch.full_like(thr, float("-inf")))
+    thr = _threshold_of_sorted(vals, top_k, top_p)
+    return torch.where(top_k > 0, thr, torch.full_like(thr, float("-inf")))
+
+
+def check_k_max(logits, k_max) -> None:
+    """1 <= k_max <= V (no device reads). Raises KernelValueError."""
+    V = logits.shape[1]
+    if not 1 <= int(k_max) <= V:
+        raise KernelValueError(f"k_max must be in [1, V = {V}], got {k_max}")
 
 
 def check_top_k_bound(logits, temperature, top_k, top_p, k_max) -> None:
     """The contract of `sample_top_k` that needs values: 1 <= k_max <= V, and every row with temperature > 0
     has 1 <= top_k <= k_max or both filters off (top_k 0, top_p 1). Host reads: reference only."""
-    V = logits.shape[1]
-    if not 1 <= int(k_max) <= V:
-        raise KernelValueError(f"k_max must be in [1, V = {V}], got {k_max}")
+    check_k_max(logits, k_max)
     sampled = temperature > 0
     bounded = (top_k >= 1) & (top_k <= int(k_max))
     off = (top_k == 0) & (top_p == 1)
@@ -148,7 +157,7 @@ def sample_top_k(logits, temperature, top_k, top_p, seed, step, k_max: int) -> t
     check_sample_values(temperature, top_k, top_p)
     check_top_k_bound(logits, temperature, top_k, top_p, k_max)
     x = logits.float()
-    z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
+    z = scaled(x, temperature)
     return _draw(x, z, temperature, keep_threshold_top(z, top_k, top_p, k_max), seed, step)
 
 
@@ -166,6 +175,6 @@ def sample_unfiltered(logits, temperature, seed, step) -> torch.Tensor:
     if bool((temperature < 0).any()):
         raise KernelValueError("need temperature >= 0 in every row")
     x = logits.float()
-    z = x / torch.where(temperature == 0, torch.ones_like(temperature), temperature)[:, None]
+    z = scaled(x, temperature)
     thr = torch.full((B,), float("-inf"), device=x.device)
     return _draw(x, z, temperature, thr, seed, step)

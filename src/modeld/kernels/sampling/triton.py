@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device
-from modeld.kernels.errors import KernelValueError
-from modeld.kernels.sampling.reference import check_draw_inputs, check_sample_inputs, keep_threshold, keep_threshold_top
+from modeld.kernels.sampling.reference import (check_draw_inputs, check_k_max, check_sample_inputs, keep_threshold,
+                                               keep_threshold_top, scaled)
 
 __all__ = ["sample", "sample_unfiltered", "sample_top_k"]
 
@@ -78,8 +78,7 @@ def sample(logits, temperature, top_k, top_p, seed, step) -> torch.Tensor:
     """
     check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
     check_same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
-    greedy = temperature == 0
-    z = logits.float() / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    z = scaled(logits.float(), temperature)
     return _launch_draw(logits, temperature, keep_threshold(z, top_k, top_p).contiguous(), seed, step)
 
 
@@ -98,10 +97,8 @@ def sample_top_k(logits, temperature, top_k, top_p, seed, step, k_max: int) -> t
     contract is the caller's (it knows every request's top_k); the reference checks it on the host."""
     check_sample_inputs(logits, temperature, top_k, top_p, seed, step)
     check_same_device(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
-    if not 1 <= int(k_max) <= logits.shape[1]:
-        raise KernelValueError(f"k_max must be in [1, V = {logits.shape[1]}], got {k_max}")
-    greedy = temperature == 0
-    z = logits.float() / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    check_k_max(logits, k_max)
+    z = scaled(logits.float(), temperature)
     return _launch_draw(logits, temperature, keep_threshold_top(z, top_k, top_p, int(k_max)).contiguous(), seed, step)
 
 
