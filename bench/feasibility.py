@@ -251,7 +251,7 @@ def _compile_offline(jit, args, kwargs):
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.compiler import ASTSource
 
-    opts = {key: kwargs[key] for key in ("num_warps", "num_stages") if key in kwargs}
+    opts = {key: kwargs[key] for key in ("num_warps", "num_stages", "maxnreg") if key in kwargs}
     consts = {key: v for key, v in kwargs.items() if key not in opts}
     sig, constexprs, attrs = {}, {}, {}
     params = {p.name: p for p in jit.params}
