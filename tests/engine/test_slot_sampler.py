@@ -42,7 +42,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("params,filters", CASES)
-def test_unfiltered_exactly_when_no_slot_filters(params, filters):
+def test_unfiltered_exactly_when_no_slot_filters(params, filters, monkeypatch):
+    monkeypatch.setenv(sampler_mod.TOPK_ENV, "0")  # the sort for filtered picks (the top-k route: tests below)
     op = _Counting()
     s = SlotSampler(op, 2, torch.device("cpu"))
     for slot, (t, k, p) in enumerate(params):
@@ -93,7 +94,8 @@ def test_top_k_path_when_every_filtering_slot_has_a_bounded_top_k(params, want_c
         assert ids.tolist() == want.tolist()
 
 
-def test_top_k_path_is_off_unless_asked(monkeypatch):
+def test_top_k_path_follows_the_switch(monkeypatch):
+    """Unset: TOPK_PATH (on since session 13); "0" sorts; anything but 0 / 1 is an error."""
     op = _Counting()
     s = SlotSampler(op, 1, torch.device("cpu"))
     s.configure(0, temperature=0.8, top_k=20, top_p=0.8, seed=0)
