@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import os
 import re
 import sys
@@ -41,11 +40,7 @@ def iteration(sass: str) -> tuple[list[str], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--l2-prefetch", type=int, default=None, metavar="PAIRS",
-                    help="compile with this L2 prefetch distance (chunk pairs ahead) instead of the pick's")
-    ap.add_argument("--maxnreg", type=int, default=None, help="compile with this register cap")
-    args = ap.parse_args(argv)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
 
     from bench import feasibility as feas
@@ -54,18 +49,14 @@ def main(argv: list[str] | None = None) -> int:
 
     feas._offline_patches([gh])
     print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
-          "instr/weight | L2 prefetches (CCTL) | top ops |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "instr/weight | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, n, k, sw in LINEAR_SHAPES:
         rows = 2 * n if sw else n
         x = torch.empty(1, k, dtype=torch.bfloat16)
         q = torch.empty(rows, k // 2, dtype=torch.uint8)
         s = torch.empty(rows, k // 128, dtype=torch.float16)
         cfg = gh.pick(90, sw, n, k, 132, False)
-        if args.l2_prefetch is not None:
-            cfg = dataclasses.replace(cfg, l2_prefetch=args.l2_prefetch)
-        if args.maxnreg:
-            cfg = dataclasses.replace(cfg, maxnreg=args.maxnreg)
         jit, grid, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
             x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]
         kern, regs, spill = feas._compile_offline(jit, a, kw)
@@ -80,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
         ef = sum("LDG.E.EF" in i for i in ins)
         print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {ef} | {len(ins)} | {wpt} | "
-              f"**{len(ins) / wpt:.2f}** | {sum(i.startswith('CCTL') or ' CCTL' in i for i in ins)} | {top} |", flush=True)
+              f"**{len(ins) / wpt:.2f}** | {top} |", flush=True)
     return 0
 
 

@@ -182,22 +182,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
 
 
-def sweep_gemv_hmma_prefetch(reps, gen, dry=False):
-    """int4 g128 M == 1, the mma.sync GEMV's pick beside the same pick with an L2 prefetch 1 / 2 / 3 / 4 / 8 chunk
-    pairs ahead (`HmmaGemvConfig.l2_prefetch`; 8 covers a whole program) and with 2 / 4 under a 72-register cap
-    (the prefetch costs 6-8 registers), at every 27B shape, interleaved; v2 and cuBLAS bf16 beside them."""
-    from modeld.kernels.linear import gemv_hmma
-    variants = [(1, None), (2, None), (3, None), (4, None), (8, None), (2, 72), (4, 72)]
-    if dry:
-        variants = variants[:2]
-    cands = []
-    for pf, cap in variants:
-        cand = lambda c, _pf=pf, _cap=cap: dataclasses.replace(c, l2_prefetch=_pf, maxnreg=_cap)
-        cand.tag = f"l2 prefetch {pf}" + (f" maxnreg {cap}" if cap else "")
-        cands.append(cand)
-    _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
-
-
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
@@ -381,7 +365,7 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-hmma-prefetch", sweep_gemv_hmma_prefetch), ("sweep-gemv-pdl", sweep_gemv_pdl),
+                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
                      ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:
             fn(reps, gen, dry=dry)

@@ -183,55 +183,6 @@ def test_x_load_switch_rejects_unknown_values(monkeypatch):
         gh.asm_mode()
 
 
-# (N, K, swiglu, split, distance): N not a multiple of the tile (masked prefetch rows), an odd chunk count (the last
-# pair's second chunk past c_hi), a distance beyond every program's pairs, SwiGLU with gate and up together.
-PREFETCH_CASES = [(37, 640, False, 1, 1), (48, 1280, True, 1, 2), (70, 2304, False, 2, 8), (20, 1024, True, 3, 3)]
-
-
-@pytest.mark.parametrize("n,k,swiglu,split,pf", PREFETCH_CASES,
-                         ids=[f"N{c[0]}-K{c[1]}{'-swiglu' if c[2] else ''}-s{c[3]}-pf{c[4]}" for c in PREFETCH_CASES])
-def test_hmma_l2_prefetch_matches_reference(n, k, swiglu, split, pf, gen, device, poisoned_outputs):
-    """The L2 prefetch changes no value (the interpreter skips the asm but runs the prologue and the loop's
-    offsets and predicates)."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-    got = gh.launch_int4_hmma(x, *ws, y, swiglu, 128, gh.HmmaGemvConfig(2, 4, split, l2_prefetch=pf))
-    assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV N={n} K={k} split={split} prefetch {pf}")
-
-
-@pytest.mark.parametrize("env,want", [(None, gh.L2_PREFETCH_DEFAULT), ("", gh.L2_PREFETCH_DEFAULT), ("0", 0),
-                                      ("2", 2), ("8", 8)])
-def test_l2_prefetch_switch(env, want, monkeypatch):
-    if env is None:
-        monkeypatch.delenv(gh.L2_PREFETCH_ENV, raising=False)
-    else:
-        monkeypatch.setenv(gh.L2_PREFETCH_ENV, env)
-    assert gh.l2_prefetch_distance() == want
-    assert gh.pick(90, False, 5120, 6144, 132, False).l2_prefetch == want
-
-
-@pytest.mark.parametrize("env", ["9", "-1", "two", "1.5"])
-def test_l2_prefetch_switch_rejects_bad_values(env, monkeypatch):
-    monkeypatch.setenv(gh.L2_PREFETCH_ENV, env)
-    with pytest.raises(KernelValueError, match="MODELD_HMMA_L2_PREFETCH"):
-        gh.pick(90, False, 5120, 6144, 132, False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
-def test_gpu_hmma_l2_prefetch_is_bit_identical(n, k, swiglu, gen, device):
-    """The prefetch (real PTX here) at every distance, with and without a register cap, gives the pick's bits."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    base = gh.pick(90, swiglu, n, k, 132, False)
-    runs = {}
-    for pf, cap in ((0, None), (1, None), (2, None), (4, None), (8, None), (2, 72)):
-        cfg = dataclasses.replace(base, l2_prefetch=pf, maxnreg=cap)
-        runs[pf, cap] = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu,
-                                            128, cfg)
-    assert all(torch.equal(v, runs[0, None]) for v in runs.values()), f"{base}"
-    assert_close(runs[0, None].to(torch.bfloat16), int4_want(x, ws, swiglu), what=f"hmma GEMV {n}x{k}")
-
-
 @pytest.mark.gpu
 def test_gpu_hmma_group_256(gen, device, poisoned_outputs):
     x, ws = int4_problem(4096, 5120, 256, True, gen, device)

@@ -50,35 +50,6 @@ def _x_load(xp, on, ASM: tl.constexpr):
                 tl.load(xp + 3, mask=on, other=0))
 
 
-# pack=4 (the thread's 4 words w): dummy outputs $0-$3, pointers $4-$7, predicates $8-$11, byte offsets $12-$15;
-# only word 0's operands are used (one prefetch per thread: the 32-byte sector at pointer + offset).
-_L2_PREFETCH_ASM = tl.constexpr("""{
-.reg .pred p;
-.reg .s64 a;
-mov.b32 $0, 0;
-mov.b32 $1, 0;
-mov.b32 $2, 0;
-mov.b32 $3, 0;
-setp.ne.b32 p, $8, 0;
-cvt.s64.s32 a, $12;
-add.s64 a, a, $4;
-@p prefetch.global.L2 [a];
-}""")
-
-
-@triton.jit
-def _l2_prefetch(ptr, offset, on, ASM: tl.constexpr):
-    """Ask L2 for the sector at byte `offset` past `ptr` [4 (t), 8 (g), NB, 4 (w)] (word 0 of each thread; `on`
-    its predicate): no register holds the data, so a later load of it finds it in L2 instead of waiting a DRAM
-    round trip. The offset is added inside the asm so the pointer can be the loop's own load pointer (no second
-    64-bit pointer tensor to keep live). Not pure (nothing uses the dummy result; it must not be removed). The
-    interpreter (ASM false) skips it: a prefetch changes no value."""
-    if ASM:
-        tl.inline_asm_elementwise(asm=_L2_PREFETCH_ASM, constraints="=r," * 4 + "l,l,l,l" + ",r" * 8,
-                                  args=[ptr, on.to(tl.int32), offset.to(tl.int32)], dtype=tl.int32, is_pure=False,
-                                  pack=4)
-
-
 @triton.jit
 def _x_pairs(x01, x23, x45, x67, ASM: tl.constexpr):
     """The B-fragment pairs in the words' nibble order: P0 = (x0, x2), P1 = (x4, x6), P2 = (x1, x3),

@@ -40,17 +40,14 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _l2_prefetch, _x_load, _x_pairs
+from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "L2_PREFETCH_ENV", "asm_mode", "usable", "pick",
-           "l2_prefetch_distance", "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "asm_mode", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
 X_LOAD_ENV = "MODELD_HMMA_X_LOAD"
-L2_PREFETCH_ENV = "MODELD_HMMA_L2_PREFETCH"
-L2_PREFETCH_DEFAULT = 0
 
 
 @dataclass(frozen=True)
@@ -68,10 +65,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # L2 prefetch distance in chunk pairs (0: none): each iteration asks L2 for the pair this many ahead
-    l2_prefetch: int = 0
-    # ptxas register cap (None: Triton's choice); the prefetch adds 6-8 registers, one resident program per SM fewer
-    maxnreg: int | None = None
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -88,16 +81,7 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
     while tiles * split < 4.5 * n_sms and split < nc:
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
-                          gate_up_apart=swiglu, l2_prefetch=l2_prefetch_distance())
-
-
-def l2_prefetch_distance() -> int:
-    """`pick`'s L2 prefetch distance in chunk pairs: MODELD_HMMA_L2_PREFETCH (unset / empty: L2_PREFETCH_DEFAULT),
-    read per call. Raises KernelValueError unless it is an integer in 0..8."""
-    v = os.environ.get(L2_PREFETCH_ENV) or str(L2_PREFETCH_DEFAULT)
-    if not (v.isdigit() and int(v) <= 8):
-        raise KernelValueError(f"{L2_PREFETCH_ENV}={v!r}: expected an integer 0..8 (chunk pairs ahead; 0: off)")
-    return int(v)
+                          gate_up_apart=swiglu)
 
 
 def asm_mode() -> bool | int:
@@ -196,20 +180,6 @@ def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi,
 
 
 @triton.jit
-def _prefetch_pair(w_ptr, gofs, hofs, uo, gmask, hmask, t, w, c, cp, c_hi, SWIGLU: tl.constexpr, ASM: tl.constexpr):
-    """L2 prefetch of the pair starting at chunk cp (< c_hi), from the loads' own pointers of chunk c: thread t asks
-    for 32-byte sector t of the 128-byte line of rows g and g + 8 (and their up rows for SwiGLU), so the 4 threads
-    of a row cover the line."""
-    on = (w == 0) & (cp < c_hi)
-    offset = 16 * t + 64 * (cp - c)  # the pointer at w = 0 is 16 t bytes into the chunk: + 16 t more = 32 t
-    _l2_prefetch(w_ptr + gofs + 16 * c, offset, on & gmask, ASM)
-    _l2_prefetch(w_ptr + hofs + 16 * c, offset, on & hmask, ASM)
-    if SWIGLU:
-        _l2_prefetch(w_ptr + gofs + uo + 16 * c, offset, on & gmask, ASM)
-        _l2_prefetch(w_ptr + hofs + uo + 16 * c, offset, on & hmask, ASM)
-
-
-@triton.jit
 def _pair_compute(acc, uacc, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3, j,
                   SWIGLU: tl.constexpr, ASM: tl.constexpr, NB: tl.constexpr):
     """(acc, uacc) after chunks j and j + 1 of `_pair_load`."""
@@ -240,7 +210,7 @@ def _row_block(n0, N, stride_w, NB: tl.constexpr):
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr = 0):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -269,14 +239,8 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # pair are one 128-byte line, read by the warp in one burst. (One chunk per iteration, the next one
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
-    # PF > 0: L2 prefetch PF pairs ahead (pairs 1 .. PF - 1 here, pair i + PF in iteration i), so that the loop's
-    # loads, which wait for their DRAM round trip one iteration at a time, find the lines in L2
-    for d in tl.static_range(1, PF):
-        _prefetch_pair(w_ptr, gofs, hofs, uo, gmask, hmask, t, w, c_lo, c_lo + 2 * d, c_hi, SWIGLU, ASM)
     for c in range(c_lo, c_hi, 2):
         j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
-        if PF > 0:
-            _prefetch_pair(w_ptr, gofs, hofs, uo, gmask, hmask, t, w, c, c + 2 * PF, c_hi, SWIGLU, ASM)
         a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
         if j < 8:
             acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
@@ -320,8 +284,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=asm_mode(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, PF=cfg.l2_prefetch, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
