@@ -57,11 +57,13 @@ def drive() -> int:
 
 # raw-page metrics of the summary (name in the table, ncu metric); the stall columns are every
 # smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio the sections collected
-METRICS = (("µs", "gpu__time_duration.sum"), ("DRAM % of peak", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+METRICS = (("µs", "gpu__time_duration.sum"), ("DRAM % of peak", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+           ("DRAM TB/s", "dram__bytes.sum.per_second"), ("L2 % of peak", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+           ("L1 % of peak", "l1tex__throughput.avg.pct_of_peak_sustained_active"),
            ("regs", "launch__registers_per_thread"), ("grid", "launch__grid_size"),
            ("theor. occupancy %", "sm__maximum_warps_per_active_cycle_pct"),
            ("achieved occupancy %", "sm__warps_active.avg.pct_of_peak_sustained_active"),
-           ("issue slots busy %", "sm__inst_issued.avg.pct_of_peak_sustained_active"),
+           ("issue active % (per scheduler)", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
            ("eligible warps / scheduler", "smsp__warps_eligible.avg.per_cycle_active"),
            ("warp cycles / issue", "smsp__average_warp_latency_per_inst_issued.ratio"))
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
@@ -83,7 +85,7 @@ def summarize(path: str) -> str:
         kernel = r[col["Kernel Name"]] if "Kernel Name" in col else ""
         if not any(k in kernel for k in GEMV_KERNELS):
             continue
-        vals = [r[col[m]] if m in col else "" for _, m in METRICS]
+        vals = [_short(r[col[m]]) if m in col else "" for _, m in METRICS]
         if vals[0]:
             vals[0] = _scaled_time(vals[0], rows[1][col["gpu__time_duration.sum"]])
         stalls = sorted(((mt.group(1), _float(r[i])) for name, i in col.items() if (mt := STALL.match(name))
@@ -99,6 +101,11 @@ def _scaled_time(v: str, unit: str) -> str:
     f = _float(v)
     scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit.strip(), None)
     return f"{f * scale:.1f}" if f is not None and scale else f"{v} {unit}"
+
+
+def _short(v: str) -> str:
+    f = _float(v)
+    return v if f is None or f == int(f) else f"{f:.3g}" if abs(f) < 10 else f"{f:.1f}"
 
 
 def _float(v: str) -> float | None:
