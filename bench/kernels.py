@@ -378,7 +378,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "prefill", "gemm", "sweep-gemv", "sweep-attention",
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "prefill", "gemm", "gemm-more", "sweep-gemv", "sweep-attention",
                           "sweep-gemm")
 
 
@@ -492,6 +492,11 @@ def main(argv: list[str] | None = None) -> int:
             bench_linear(4096, "bf16", label, n, k, sw, reps, gen)
         for fmt in ("fp8", "int4g128"):
             bench_linear(4096, fmt, *LINEAR_SHAPES[0], reps, gen)
+    if "gemm-more" in sections:  # the prefill GEMMs "gemm" leaves out: bf16 SwiGLU at M 8192, fp8 / int4 elsewhere
+        bench_linear(8192, "bf16", *LINEAR_SHAPES[0], reps, gen)
+        for fmt in ("fp8", "int4g128"):
+            for label, n, k, sw in LINEAR_SHAPES[1:]:
+                bench_linear(4096, fmt, label, n, k, sw, reps, gen)
     sweep_reps = max(5, reps // 2)
     for name, fn in (("sweep-gemv", S.sweep_gemv), ("sweep-attention", S.sweep_attention), ("sweep-gemm", S.sweep_gemm)):
         if name in sections:

@@ -160,6 +160,13 @@ def bench_norms(reps):
              rtt.rms_norm, rref.rms_norm, reps)
         case("add_rms_norm(zc)", f"T{T} D{D}", lambda: (bf16(T, D), bf16(T, D), w, 1e-6, True), 4 * T * D * 2 + 2 * D,
              rtt.add_rms_norm, rref.add_rms_norm, reps)
+    D = 4096  # the llama path (plain weight: x / rms * w) at a llama-8B width
+    for T in (1, 8192):
+        w = bf16(D, scale=0.1)
+        case("rms_norm(plain)", f"T{T} D{D}", lambda: (bf16(T, D), w, 1e-6, False), 2 * T * D * 2 + 2 * D,
+             rtt.rms_norm, rref.rms_norm, reps)
+        case("add_rms_norm(plain)", f"T{T} D{D}", lambda: (bf16(T, D), bf16(T, D), w, 1e-6, False),
+             4 * T * D * 2 + 2 * D, rtt.add_rms_norm, rref.add_rms_norm, reps)
     Hv, Dv = 48, 128
     for T in (1, 8192):
         w = bf16(Dv)
@@ -178,6 +185,12 @@ def bench_rope(reps):
             return (x, w, torch.randint(0, 200000, (T,), device="cuda"), inv, 1e-6)
         case("qk_norm_rope", f"T{T} H{H} Dh256 R64", make, 2 * T * H * 256 * 2 + T * 8, tt.qk_norm_rope,
              ref.qk_norm_rope, reps)
+    # the llama path: full-width RoPE without the norm, at llama-8B's q heads (H 32, Dh 128, theta 5e5)
+    inv = ref.rope_inv_freq(128, 5e5, "cuda")
+    for T, H in ((1, 32), (8192, 32)):
+        case("apply_rope", f"T{T} H{H} Dh128 R128",
+             lambda T=T, H=H: (bf16(T, H, 128), torch.randint(0, 200000, (T,), device="cuda"), inv),
+             2 * T * H * 128 * 2 + T * 8, tt.apply_rope, ref.apply_rope, reps)
 
 
 def bench_conv(reps):
