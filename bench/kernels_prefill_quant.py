@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--m", default=",".join(map(str, M_LIST)), help="comma-separated M values (default %(default)s)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="subset of %(default)s")
     ap.add_argument("--no-sweep", action="store_true", help="skip the dequant tile sweep")
+    ap.add_argument("--engine-shapes", action="store_true",
+                    help="the engine's five fused 27B shapes (bench/kernels.py LINEAR_SHAPES: gdn in_proj, attn qkv, "
+                         "o_proj too) instead of gate+up / down / q_proj")
     ap.add_argument("--commit", default=os.environ.get("MODELD_COMMIT"), help="commit id to record")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: run every case on CPU through the Triton interpreter at tiny shapes and M in "
@@ -271,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         K.ENV.update(K.environment(args.commit))
         print(json.dumps(K.ENV), flush=True)
-        shapes, m_list, reps = SHAPES, tuple(int(v) for v in args.m.split(",")), args.reps
+        shapes = K.LINEAR_SHAPES if args.engine_shapes else SHAPES
+        m_list, reps = tuple(int(v) for v in args.m.split(",")), args.reps
         gen = torch.Generator(device="cuda")
         K.ceilings(reps)
         if "copy_TBps" not in K.CEIL:
