@@ -182,25 +182,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
 
 
-def sweep_gemv_hmma_chains(reps, gen, dry=False):
-    """int4 g128 M == 1, the mma.sync GEMV's pick (one HMMA chain per pair, 72 registers offline) beside two chains
-    (`HmmaGemvConfig.chains` 2: even chunks in acc_lo, odd in acc_hi; 44-48 registers offline, no branch in the
-    loop) at the pick's split, at 1.5x its split, and with 2-warp / 8-warp programs, at every 27B shape, interleaved;
-    v2 and cuBLAS bf16 beside them."""
-    from modeld.kernels.linear import gemv_hmma
-    variants = {"chains 2": lambda c: dataclasses.replace(c, chains=2),
-                "chains 2, split x1.5": lambda c: dataclasses.replace(c, chains=2, split_k=max(c.split_k * 3 // 2, 2)),
-                "chains 2, 2b w2": lambda c: dataclasses.replace(c, chains=2, blocks=2, num_warps=2),
-                "chains 2, 8b w8": lambda c: dataclasses.replace(c, chains=2, blocks=8, num_warps=8)}
-    if dry:
-        variants = dict(list(variants.items())[:1])
-    cands = []
-    for name, fn in variants.items():
-        fn.tag = name
-        cands.append(fn)
-    _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
-
-
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
@@ -384,7 +365,7 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-hmma-chains", sweep_gemv_hmma_chains), ("sweep-gemv-pdl", sweep_gemv_pdl),
+                     ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
                      ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:
             fn(reps, gen, dry=dry)

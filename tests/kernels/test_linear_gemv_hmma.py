@@ -55,24 +55,6 @@ def test_hmma_gate_up_apart_matches_reference(n, k, split, gen, device, poisoned
     assert_close(got, int4_want(x, ws, True), what=f"hmma GEMV gate/up apart N={n} K={k} split={split}")
 
 
-# (N, K, swiglu, split, apart): two HMMA chains (even chunks in acc_lo, odd in acc_hi): an odd chunk count (the
-# last pair's second chunk past c_hi), > 8 chunks in one program (columns up to 7 in both), uneven splits, SwiGLU
-# with gate and up together and apart, N not a multiple of the tile.
-CHAINS_CASES = [(37, 384, False, 1, False), (48, 2048, False, 1, False), (70, 1920, True, 1, False),
-                (20, 1280, True, 3, True), (64, 2304, False, 2, False)]
-
-
-@pytest.mark.parametrize("n,k,swiglu,split,apart", CHAINS_CASES,
-                         ids=[f"N{c[0]}-K{c[1]}{'-swiglu' if c[2] else ''}-s{c[3]}{'-apart' if c[4] else ''}"
-                              for c in CHAINS_CASES])
-def test_hmma_two_chains_match_reference(n, k, swiglu, split, apart, gen, device, poisoned_outputs):
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-    cfg = gh.HmmaGemvConfig(2, 4, split, gate_up_apart=apart, chains=2)
-    assert_close(gh.launch_int4_hmma(x, *ws, y, swiglu, 128, cfg), int4_want(x, ws, swiglu),
-                 what=f"hmma GEMV two chains N={n} K={k} split={split}")
-
-
 def test_hmma_evict_first_weights_match_reference(gen, device, poisoned_outputs):
     """The weight loads' cache policy changes no result."""
     x, ws = int4_problem(37, 640, 128, True, gen, device)
@@ -195,45 +177,10 @@ def test_x_load_switch(env, interp, want, monkeypatch):
     assert got == want and type(got) is type(want)
 
 
-@pytest.mark.parametrize("env,want", [(None, gh.CHAINS_DEFAULT), ("", gh.CHAINS_DEFAULT), ("1", 1), ("2", 2)])
-def test_chains_switch(env, want, monkeypatch):
-    if env is None:
-        monkeypatch.delenv(gh.CHAINS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(gh.CHAINS_ENV, env)
-    assert gh.pick(90, True, 17408, 5120, 132, False).chains == want
-
-
-@pytest.mark.parametrize("env", ["3", "0", "two"])
-def test_chains_switch_rejects_unknown_values(env, monkeypatch):
-    monkeypatch.setenv(gh.CHAINS_ENV, env)
-    with pytest.raises(KernelValueError, match="MODELD_HMMA_CHAINS"):
-        gh.pick(90, False, 5120, 6144, 132, False)
-
-
 def test_x_load_switch_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv(gh.X_LOAD_ENV, "cached")
     with pytest.raises(KernelValueError, match="MODELD_HMMA_X_LOAD"):
         gh.asm_mode()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
-def test_gpu_hmma_two_chains_match_one(n, k, swiglu, gen, device):
-    """Two HMMA chains (CHAINS 2) keep each chunk's k order, but the epilogue then adds the chunks in another order
-    (evens + odds instead of 0-7 + 8-15): fp32 re-association only, against one chain and against the spec, gate/up
-    together and apart, at the pick's split and at the smallest one."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    base = gh.pick(90, swiglu, n, k, 132, False)
-    want = int4_want(x, ws, swiglu)
-    for apart in ((False, True) if swiglu else (False,)):
-        for split in sorted({base.split_k, -(-(k // 128) // gh.MAX_GROUPS)}):
-            one, two = (gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                            dataclasses.replace(base, gate_up_apart=apart, split_k=split, chains=ch))
-                        for ch in (1, 2))
-            scale = one.abs().max().item()
-            assert (one - two).abs().max().item() <= 1e-5 * scale, f"{base} apart={apart} split={split}"
-            assert_close(two.to(torch.bfloat16), want, what=f"hmma GEMV two chains {n}x{k} split={split}")
 
 
 @pytest.mark.gpu

@@ -43,14 +43,11 @@ from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "CHAINS_ENV", "asm_mode", "usable", "pick", "chains",
-           "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "asm_mode", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
 X_LOAD_ENV = "MODELD_HMMA_X_LOAD"
-CHAINS_ENV = "MODELD_HMMA_CHAINS"
-CHAINS_DEFAULT = 1
 
 
 @dataclass(frozen=True)
@@ -68,9 +65,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # 2: the two chunks of a pair go to two accumulators (even chunks to acc_lo, odd to acc_hi, column = chunk // 2),
-    # so their HMMAs form two independent chains; 1: one chain per pair (chunks 0-7 in acc_lo, 8-15 in acc_hi)
-    chains: int = 1
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -87,16 +81,7 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
     while tiles * split < 4.5 * n_sms and split < nc:
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
-                          gate_up_apart=swiglu, chains=chains())
-
-
-def chains() -> int:
-    """`pick`'s HMMA chains per pair: MODELD_HMMA_CHAINS ("1" / "2"; unset or empty: CHAINS_DEFAULT), read per call.
-    Raises KernelValueError for any other value."""
-    v = os.environ.get(CHAINS_ENV) or str(CHAINS_DEFAULT)
-    if v not in ("1", "2"):
-        raise KernelValueError(f"{CHAINS_ENV}={v!r}: expected 1 or 2")
-    return int(v)
+                          gate_up_apart=swiglu)
 
 
 def asm_mode() -> bool | int:
@@ -124,30 +109,25 @@ def usable(x: torch.Tensor, w: torch.Tensor, group: int) -> bool:
 
 
 @triton.jit
-def _chunk_xsums(xb_ptr, c_lo, c_hi, CHAINS: tl.constexpr):
-    """[2, 4, 4] f32: element [h, t, w] = X[chunk], the sum of x over the 128-k chunk (0 past c_hi) of accumulator h's
-    column 2t + (w & 1): chunk c_lo + 8 h + column (CHAINS 1) or c_lo + 2 column + h (CHAINS 2)."""
-    i = tl.arange(0, 16)  # [h, t, l] flattened: h * 8 + column
-    if CHAINS == 2:
-        cc = c_lo + 2 * (i % 8) + i // 8
-    else:
-        cc = c_lo + i
+def _chunk_xsums(xb_ptr, c_lo, c_hi):
+    """[2, 4, 4] f32: element [h, t, w] = X[c_lo + 8 h + 2 t + (w & 1)], the sum of x over that 128-k chunk
+    (0 past c_hi): the chunk of accumulator column 2t + (w & 1) (h: the low / high accumulator)."""
+    cc = c_lo + tl.arange(0, 16)
     xt = tl.load(xb_ptr + cc[:, None] * 128 + tl.arange(0, 128)[None, :], mask=(cc < c_hi)[:, None], other=0.0)
     xs = tl.reshape(tl.sum(xt.to(tl.float32), axis=1), [2, 4, 2])  # [h, t, l]
     return tl.reshape(tl.permute(tl.join(xs, xs), (0, 1, 3, 2)), [2, 4, 4])  # w = 2 r + l (r: row half, unused)
 
 
 @triton.jit
-def _epilogue_half(acc, xs, s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr,
-                   STEP: tl.constexpr):
-    """[8, NB, 2]: sum over the 8 chunks c0 + STEP col of s C + (m - 128 s) X; element [g, b, h] = row
+def _epilogue_half(acc, xs, s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.constexpr, NB: tl.constexpr):
+    """[8, NB, 2]: sum over the 8 chunks c0 + col of s C + (m - 128 s) X; element [g, b, h] = row
     n0 + 16 b + 8 h + g. acc[t, g, b, w] = C[row 16 b + 8 (w >> 1) + g][column 2 t + (w & 1)]; xs [4 (t), 4 (w)]."""
     t = tl.arange(0, 4)[:, None, None, None]
     g8 = tl.arange(0, 8)[None, :, None, None]
     b = tl.arange(0, NB)[None, None, :, None]
     w = tl.arange(0, 4)[None, None, None, :]
     row = n0 + 16 * b + 8 * (w >> 1) + g8
-    c = c0 + STEP * (2 * t + (w & 1))
+    c = c0 + 2 * t + (w & 1)
     ok = (row < N) & (c < c_hi)
     offs = row * stride_s + c // CPG
     s = tl.load(s_ptr + offs, mask=ok, other=0.0).to(tl.float32)
@@ -158,13 +138,10 @@ def _epilogue_half(acc, xs, s_ptr, m_ptr, n0, N, c0, c_hi, stride_s, CPG: tl.con
 
 @triton.jit
 def _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG: tl.constexpr,
-              NB: tl.constexpr, CHAINS: tl.constexpr):
-    xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xb_ptr, c_lo, c_hi, CHAINS), (1, 2, 0)))  # [4, 4] each
-    if CHAINS == 2:  # acc_lo: chunks c_lo + 2 col, acc_hi: c_lo + 2 col + 1
-        return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, 2)
-                + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 1, c_hi, stride_s, CPG, NB, 2))
-    return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, 1)
-            + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB, 1))
+              NB: tl.constexpr):
+    xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xb_ptr, c_lo, c_hi), (1, 2, 0)))  # [4, 4] each
+    return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)
+            + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB))
 
 
 @triton.jit
@@ -191,33 +168,15 @@ def _chunk_words(w_ptr, gofs, hofs, uofs, gmask, hmask, c, SWIGLU: tl.constexpr,
 
 @triton.jit
 def _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU: tl.constexpr,
-               EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr, CHAINS: tl.constexpr):
-    """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8 and (j + 1) % 8,
-    or both j // 2 with CHAINS 2). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
+               EVEN_N: tl.constexpr, ASM: tl.constexpr, POLICY: tl.constexpr):
+    """The words (rows g, g + 8, up rows) and x pairs of chunks c < c_hi and c + 1 (columns j % 8,
+    (j + 1) % 8). When c + 1 == c_hi it re-reads chunk c with x = 0, so it adds nothing."""
     c1 = tl.minimum(c + 1, c_hi - 1)
     wg, wh, ug, uh = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c, SWIGLU, EVEN_N, POLICY)
     wg1, wh1, ug1, uh1 = _chunk_words(w_ptr, gofs, hofs, uo, gmask, hmask, c1, SWIGLU, EVEN_N, POLICY)
-    if CHAINS == 2:
-        col0 = j // 2
-        col1 = j // 2
-    else:
-        col0 = j % 8
-        col1 = (j + 1) % 8
-    p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == col0, ASM), ASM)
-    q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == col1) & (c + 1 < c_hi), ASM), ASM)
+    p0, p1, p2, p3 = _x_pairs(*_x_load(x_ptr + 64 * c + xofs, g8 == j % 8, ASM), ASM)
+    q0, q1, q2, q3 = _x_pairs(*_x_load(x_ptr + 64 * c1 + xofs, (g8 == (j + 1) % 8) & (c + 1 < c_hi), ASM), ASM)
     return wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3
-
-
-@triton.jit
-def _pair_compute2(acc0, acc1, uacc0, uacc1, wg, wh, ug, uh, wg1, wh1, ug1, uh1, p0, p1, p2, p3, q0, q1, q2, q3, col,
-                   SWIGLU: tl.constexpr, ASM: tl.constexpr, NB: tl.constexpr):
-    """CHAINS 2: chunk j (even) into acc0 and j + 1 into acc1, both in column col = j // 2: two independent chains."""
-    acc0 = _chunk(wg, wh, p0, p1, p2, p3, acc0, col, ASM, NB)
-    acc1 = _chunk(wg1, wh1, q0, q1, q2, q3, acc1, col, ASM, NB)
-    if SWIGLU:
-        uacc0 = _chunk(ug, uh, p0, p1, p2, p3, uacc0, col, ASM, NB)
-        uacc1 = _chunk(ug1, uh1, q0, q1, q2, q3, uacc1, col, ASM, NB)
-    return acc0, acc1, uacc0, uacc1
 
 
 @triton.jit
@@ -251,7 +210,7 @@ def _row_block(n0, N, stride_w, NB: tl.constexpr):
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, CHAINS: tl.constexpr = 1):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -281,24 +240,20 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # prefetched, read each line in two halves an iteration apart and ran at ~0.5 of copy bandwidth; four
     # per iteration needed 122-170 registers and lost occupancy: KNOWLEDGE/optimizations/gemv-int4-mma-sync.md.)
     for c in range(c_lo, c_hi, 2):
-        j = c - c_lo  # even
-        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY,
-                       CHAINS)
-        if CHAINS == 2:  # chunk j into acc_lo, j + 1 into acc_hi: two HMMA chains per pair
-            acc_lo, acc_hi, uacc_lo, uacc_hi = _pair_compute2(acc_lo, acc_hi, uacc_lo, uacc_hi, *a, j // 2, SWIGLU,
-                                                              ASM, NB)
-        elif j < 8:  # both chunks into the same accumulator (j < 8 or j >= 8): one chain
+        j = c - c_lo  # even: both chunks go to the same accumulator (j < 8 or j >= 8)
+        a = _pair_load(w_ptr, x_ptr, gofs, hofs, uo, gmask, hmask, xofs, g8, c, j, c_hi, SWIGLU, EVEN_N, ASM, POLICY)
+        if j < 8:
             acc_lo, uacc_lo = _pair_compute(acc_lo, uacc_lo, *a, j, SWIGLU, ASM, NB)
         else:
             acc_hi, uacc_hi = _pair_compute(acc_hi, uacc_hi, *a, j, SWIGLU, ASM, NB)
     pdl_trigger(PDL == 2)
-    gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB, CHAINS)  # [8, NB, 2]
+    gv = _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)  # [8, NB, 2]
     out_rows = n0 + tl.arange(0, 8)[:, None, None] + 16 * tl.arange(0, NB)[None, :, None] \
         + 8 * tl.arange(0, 2)[None, None, :]
     omask = out_rows < N
     if SWIGLU:
         so = up_offset * stride_s
-        uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB, CHAINS)
+        uv = _epilogue(uacc_lo, uacc_hi, xb_ptr, s_ptr + so, m_ptr + so, n0, N, c_lo, c_hi, stride_s, CPG, NB)
     if not SWIGLU:
         uv = gv
     _store_rows(y_ptr, part_ptr, cnt_ptr, out_rows, omask, gv, uv, n0 + tl.arange(0, 16 * NB), NY, SPLIT, SWIGLU, FUSED,
@@ -329,7 +284,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=asm_mode(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, CHAINS=cfg.chains, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
