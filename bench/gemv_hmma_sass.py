@@ -2,8 +2,9 @@
 
 Per shape, with the kernel's default pick: registers, spills, whether the loop's TTGIR holds a layout
 conversion or shared-memory buffer (it must not: every thread keeps its own fragment), the evict_first
-weight loads of one iteration (SASS LDG.E.EF) and the SASS of one loop iteration (the common part plus
-one of the two accumulator branches, j < 8 / j >= 8) per weight (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
+weight loads of one iteration (SASS LDG.E.EF), the order of its loads and HMMAs (all loads must come first) and
+the SASS of one loop iteration (the common part plus one of the two accumulator branches, j < 8 / j >= 8) per
+weight (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
 
     PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
 """
@@ -39,6 +40,15 @@ def iteration(sass: str) -> tuple[list[str], int]:
     return [l.split("\t", 1)[1] for l in one if "\t" in l], sum("\t" in l for l in body)
 
 
+def load_order(ins: list[str]) -> str:
+    """One iteration's loads and HMMAs in issue order: W = weight LDG (evict_first), x = other LDG (the x operand),
+    H = HMMA. The pair design needs every load before the first HMMA (one DRAM round trip per iteration); a
+    variant with fewer registers may have them sunk between the HMMAs (dead-ends/hmma-two-hmma-chains-per-pair.md)."""
+    ops = [re.match(r"(?:@!?U?P\w+ )?(\S+)", i).group(1) for i in ins]
+    return "".join("W" if o.startswith("LDG") and ".EF" in o else "x" if o.startswith("LDG") else "H"
+                   for o in ops if o.startswith(("LDG", "HMMA")))
+
+
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
@@ -49,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     feas._offline_patches([gh])
     print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
-          "instr/weight | top ops |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "instr/weight | loads / HMMA order | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, n, k, sw in LINEAR_SHAPES:
         rows = 2 * n if sw else n
         x = torch.empty(1, k, dtype=torch.bfloat16)
@@ -71,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
         ef = sum("LDG.E.EF" in i for i in ins)
         print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {ef} | {len(ins)} | {wpt} | "
-              f"**{len(ins) / wpt:.2f}** | {top} |", flush=True)
+              f"**{len(ins) / wpt:.2f}** | {load_order(ins)} | {top} |", flush=True)
     return 0
 
 
