@@ -40,8 +40,8 @@ def topk_path() -> bool:
 
 
 class SlotSampler:
-    """Sampling rows for `slots` sequences on `device`, drawing with `sampling.sample` (or
-    `sampling.sample_unfiltered` when no slot filters).
+    """Sampling rows for `slots` sequences on `device`, drawing with `sampling.sample`, `sampling.sample_top_k`
+    (every filtering slot's top_k bounded, the top-k path on) or `sampling.sample_unfiltered` (no slot filters).
 
     `configure` sets one slot's parameters (mutates the buffers); `pick` samples every slot from
     logits [B, V] fp32 and advances the step counters; returns ids [B] int64 on the device.
