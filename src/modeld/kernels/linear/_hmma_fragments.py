@@ -147,3 +147,105 @@ def _chunk(wg, wh, p0, p1, p2, p3, acc, j, ASM: tl.constexpr, NB: tl.constexpr):
                                          args=[wg, wh, p0, p1, p2, p3, acc], dtype=tl.float32, is_pure=True, pack=4)
     else:
         return _hmma_emulated(wg, wh, p0, p1, p2, p3, acc, j, NB)
+
+
+# ---- the broadcast-x loop of `gemv_hmma_bcast`: x in all 8 mma columns, every lane loads it, two chunks per call
+_SLOAD_WORD = """
+    setp.ne.b32 p, ${on}, 0;
+    mov.b16 h, 0;
+    @p ld.global.b16 h, [${ptr}];
+    cvt.f32.f16 ${o}, h;
+"""
+# pack=4: $0-$3 out (f32), $4-$7 pointers, $8-$11 predicates.
+_SLOAD_ASM = tl.constexpr("{\n.reg .pred p;\n.reg .b16 h;\n" + "".join(
+    _SLOAD_WORD.format(on=8 + w, ptr=4 + w, o=w) for w in range(4)) + "}")
+
+
+@triton.jit
+def _scale_load(sp, on, ASM: tl.constexpr):
+    """fp16 scales at sp as f32 (0 where not on), loaded in the layout of the tensors they meet: a tl.load would get
+    the coalescing pass's layout (the 4 scales of a thread are not contiguous) and a shared-memory layout conversion
+    in the loop. ASM False (interpreter): tl.load."""
+    if ASM:
+        return tl.inline_asm_elementwise(asm=_SLOAD_ASM, constraints="=f,=f,=f,=f,l,l,l,l,r,r,r,r",
+                                         args=[sp, on.to(tl.int32)], dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        return tl.load(sp, mask=on, other=0.0).to(tl.float32)
+
+
+# Two chunks (c, c + 1) of one 16-row block: x loaded and paired, 16 HMMA in two independent chains, each from zero,
+# then acc + s D. In: $4-$7 / $8-$11 words of rows g / g + 8 of chunk c, $12-$15 / $16-$19 of chunk c + 1, $20-$23 /
+# $24-$27 pointers to chunk c's / c + 1's 16 bytes of x of each word, $28-$31 the scales s[w], $32-$35 acc[w]. Every
+# column of D holds the same dot, since x fills all of B: the thread's column 2t is taken. Out: acc[w] + s[w] D[w],
+# D[0] = D_c[g], D[1] = D_c+1[g], D[2] = D_c[g + 8], D[3] = D_c+1[g + 8]. The x loads are L1 hits and sit in here so
+# ptxas can issue them next to their use (fewer live registers) while the weight words, loaded by the caller before
+# its branch, come first. acc goes through the asm so the loop's two accumulator branches differ and LLVM cannot
+# hoist the asm (with its loads) out of them.
+_PAIR_XLOAD = """
+    ld.global.v4.b32 {{x01, x23, x45, x67}}, [${ptr}];
+    prmt.b32 {x}0_{w}, x01, x23, 0x5410;
+    prmt.b32 {x}1_{w}, x45, x67, 0x5410;
+    prmt.b32 {x}2_{w}, x01, x23, 0x7632;
+    prmt.b32 {x}3_{w}, x45, x67, 0x7632;
+"""
+_PAIR_WORD = """
+    and.b32 lg, ${wg}, 0x0F0F0F0F;
+    shr.u32 hg, ${wg}, 4;
+    and.b32 hg, hg, 0x0F0F0F0F;
+    and.b32 lh, ${wh}, 0x0F0F0F0F;
+    shr.u32 hh, ${wh}, 4;
+    and.b32 hh, hh, 0x0F0F0F0F;
+    prmt.b32 a0, lg, mg, 0x4140;
+    prmt.b32 a1, lh, mg, 0x4140;
+    prmt.b32 a2, lg, mg, 0x4342;
+    prmt.b32 a3, lh, mg, 0x4342;
+    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d}0, {d}1, {d}2, {d}3}}, {{a0, a1, a2, a3}}, {{{x}0_{w}, {x}1_{w}}}, {{{d}0, {d}1, {d}2, {d}3}};
+    prmt.b32 a0, hg, mg, 0x4140;
+    prmt.b32 a1, hh, mg, 0x4140;
+    prmt.b32 a2, hg, mg, 0x4342;
+    prmt.b32 a3, hh, mg, 0x4342;
+    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d}0, {d}1, {d}2, {d}3}}, {{a0, a1, a2, a3}}, {{{x}2_{w}, {x}3_{w}}}, {{{d}0, {d}1, {d}2, {d}3}};
+"""
+_PAIR_ASM = tl.constexpr(
+    "{\n.reg .b32 lg, hg, lh, hh, a0, a1, a2, a3, mg, x01, x23, x45, x67;\n.reg .f32 d0, d1, d2, d3, e0, e1, e2, e3;\n"
+    + "".join(f".reg .b32 {x}{i}_{w};\n" for x in "pq" for i in range(4) for w in range(4))
+    + "mov.b32 mg, 0x43434343;\n" + "".join(f"mov.f32 {r}{i}, 0f00000000;\n" for r in "de" for i in range(4))
+    + "".join(_PAIR_XLOAD.format(ptr=20 + w + 4 * ch, x="pq"[ch], w=w) for ch in range(2) for w in range(4))
+    + "".join(_PAIR_WORD.format(wg=4 + w + 8 * ch, wh=8 + w + 8 * ch, x="pq"[ch], w=w, d="de"[ch])
+              for w in range(4) for ch in range(2))
+    + "fma.rn.f32 $0, $28, d0, $32;\nfma.rn.f32 $1, $29, e0, $33;\nfma.rn.f32 $2, $30, d2, $34;\n"
+    + "fma.rn.f32 $3, $31, e2, $35;\n}")
+_PAIR_CONSTRAINTS = tl.constexpr("=f,=f,=f,=f," + ",".join(["r"] * 16 + ["l"] * 8 + ["f"] * 8))
+
+
+@triton.jit
+def _pair_dots_emulated(wg0, wh0, wg1, wh1, xp0, xp1, NB: tl.constexpr):
+    """What `_PAIR_ASM` computes before its scaling, in plain Triton ops (interpreter). Every lane holds x here, so the
+    dot of row g sums the words over the t and w axes. Dims [t, g, b, w]."""
+    p0, p1, p2, p3 = _x_pairs(tl.load(xp0), tl.load(xp0 + 1), tl.load(xp0 + 2), tl.load(xp0 + 3), False)
+    q0, q1, q2, q3 = _x_pairs(tl.load(xp1), tl.load(xp1 + 1), tl.load(xp1 + 2), tl.load(xp1 + 3), False)
+    x0, x2, x4, x6, x1, x3, x5, x7 = (_bf16_lo(p0), _bf16_hi(p0), _bf16_lo(p1), _bf16_hi(p1), _bf16_lo(p2),
+                                      _bf16_hi(p2), _bf16_lo(p3), _bf16_hi(p3))
+    y0, y2, y4, y6, y1, y3, y5, y7 = (_bf16_lo(q0), _bf16_hi(q0), _bf16_lo(q1), _bf16_hi(q1), _bf16_lo(q2),
+                                      _bf16_hi(q2), _bf16_lo(q3), _bf16_hi(q3))
+    dg0 = tl.sum(tl.sum(_word_dot(wg0, x0, x1, x2, x3, x4, x5, x6, x7), axis=3), axis=0)  # [8, NB]
+    dh0 = tl.sum(tl.sum(_word_dot(wh0, x0, x1, x2, x3, x4, x5, x6, x7), axis=3), axis=0)
+    dg1 = tl.sum(tl.sum(_word_dot(wg1, y0, y1, y2, y3, y4, y5, y6, y7), axis=3), axis=0)
+    dh1 = tl.sum(tl.sum(_word_dot(wh1, y0, y1, y2, y3, y4, y5, y6, y7), axis=3), axis=0)
+    d = tl.join(tl.join(dg0, dg1), tl.join(dh0, dh1))  # [8, NB, 2 (l), 2 (h)]
+    d = tl.reshape(tl.permute(d, (0, 1, 3, 2)), [1, 8, NB, 4])  # w = 2 h + l
+    return tl.broadcast_to(d, [4, 8, NB, 4])
+
+
+@triton.jit
+def _pair_dots(wg0, wh0, wg1, wh1, xp0, xp1, s, acc, ASM: tl.constexpr, NB: tl.constexpr):
+    """acc + s D, [4, 8, NB, 4] f32: D[t, g, b, w] = sum over chunk c + (w & 1) of (128 + q) x for row 16 b + 8 (w >> 1)
+    + g (the same in every t), the dots of chunks c and c + 1 from their words (wg*, wh*: rows g, g + 8) and x (xp0 /
+    xp1 [4, 8, 1, 4]: int32 pointers to the 16 bytes of x of each word of chunk c / c + 1); s the scales of those rows
+    and chunks."""
+    if ASM:
+        return tl.inline_asm_elementwise(asm=_PAIR_ASM, constraints=_PAIR_CONSTRAINTS,
+                                         args=[wg0, wh0, wg1, wh1, xp0, xp1, s, acc],
+                                         dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        return acc + s * _pair_dots_emulated(wg0, wh0, wg1, wh1, xp0, xp1, NB)
