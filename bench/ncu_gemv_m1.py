@@ -26,10 +26,10 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 
 FORMATS = ("int4g128", "fp8", "bf16")
 # the GEMV kernels (not their split-K finish) whose rows the summary keeps
-GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
+GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_int4_hmma_bcast_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
 
 
-def drive() -> int:
+def drive(formats=FORMATS) -> int:
     os.environ.setdefault("MODELD_PDL", "0")  # as bench/kernels.py: kernels timed in isolation
     import torch
 
@@ -38,7 +38,7 @@ def drive() -> int:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261130)
     calls = []
-    for fmt in FORMATS:
+    for fmt in formats:
         for label, n, k, sw in K.LINEAR_SHAPES:
             w, _ = K._make_weights(fmt, 2 * n if sw else n, k, gen)
             x = torch.randn(1, k, device="cuda", generator=gen).bfloat16()
@@ -118,11 +118,17 @@ def _float(v: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--summarize", metavar="CSV", help="print the markdown summary of an ncu --csv run and exit")
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="driver: the formats to profile, in this order (int4g128 first: --summarize labels the rows "
+                         "in FORMATS order); MODELD_HMMA_LOOP=bcast profiles int4 on the broadcast-x loop")
     args = ap.parse_args(argv)
     if args.summarize:
         print(summarize(args.summarize))
         return 0
-    return drive()
+    formats = tuple(args.formats.split(","))
+    if not set(formats) <= set(FORMATS):
+        ap.error(f"--formats: choose from {FORMATS}")
+    return drive(tuple(f for f in FORMATS if f in formats))
 
 
 if __name__ == "__main__":
