@@ -50,20 +50,14 @@ def load_order(ins: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--loop", choices=("onehot", "bcast"), default="onehot",
-                    help="onehot: gemv_hmma's kernel (default); bcast: gemv_hmma_bcast's (x in every mma column)")
-    args = ap.parse_args(argv)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
 
     from bench import feasibility as feas
     from bench.kernels import LINEAR_SHAPES
     from modeld.kernels.linear import gemv_hmma as gh
-    from modeld.kernels.linear import gemv_hmma_bcast as gb
 
-    mod = gb if args.loop == "bcast" else gh
-    launch = gb.launch_int4_hmma_bcast if args.loop == "bcast" else gh.launch_int4_hmma
-    feas._offline_patches([mod])
+    feas._offline_patches([gh])
     print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
           "instr/weight | loads / HMMA order | top ops |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -73,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         q = torch.empty(rows, k // 2, dtype=torch.uint8)
         s = torch.empty(rows, k // 128, dtype=torch.float16)
         cfg = gh.pick(90, sw, n, k, 132, False)
-        jit, grid, a, kw = feas._record([mod], lambda: launch(
+        jit, grid, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
             x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]
         kern, regs, spill = feas._compile_offline(jit, a, kw)
         ttgir = kern.asm["ttgir"]
@@ -82,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         conv = sum(loop.count(op) for op in ("convert_layout", "local_alloc", "local_load"))
         ins, _ = iteration(kern.asm["sass"])
         # per iteration a thread handles 2 chunks x 32 k x 2 rows (g, g + 8) x blocks per warp (x 2 for SwiGLU)
-        wpt = 2 * 32 * 2 * (kw["NB"] // kw["num_warps"]) * (2 if kw.get("SWIGLU") else 1)  # gate/up apart: plain
+        wpt = 2 * 32 * 2 * (kw["NB"] // kw["num_warps"]) * (2 if kw["SWIGLU"] else 1)  # gate/up apart: plain
         ops = collections.Counter(re.match(r"(?:@!?U?P\w+ )?([A-Z0-9]+)", i).group(1) for i in ins)
         top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
         ef = sum("LDG.E.EF" in i for i in ins)

@@ -43,7 +43,7 @@ CEIL: dict = {}
 OUT = "."
 BATCH_M = [2, 4, 8]  # --batch-m: M of the batched-GEMV sweeps (kernels_sweeps._sweep_batch) and the skinny rows
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
-DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma", "sweep-gemv-hmma-bcast",
+DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
                 "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch",
                 "gemv-split-finish", "gemv-equal-bytes", "size-ceiling", "mid-m")
 
@@ -258,28 +258,22 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 @contextmanager
 def gemv_variant(variant: str):
     """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`), "v2" (linear/gemv.py), "mma"
-    (int4 on wgmma, linear/gemv_mma.py), "hmma" (int4 on mma.sync with one-hot x columns, linear/gemv_hmma.py) or
-    "hmma-bcast" (the same with x in every column, linear/gemv_hmma_bcast.py; other formats v2 for all three) for
-    every format and size — the routing policy (gemv.V2_FORMATS / V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV,
-    MODELD_HMMA_LOOP) is lifted, so a row tagged [v2] really ran v2. Restores everything on exit."""
-    from modeld.kernels.linear import gemv, gemv_hmma_bcast, gemv_mma
+    (int4 on wgmma, linear/gemv_mma.py) or "hmma" (int4 on mma.sync, linear/gemv_hmma.py; other formats
+    v2 for both) for every format and size — the
+    routing policy (gemv.V2_FORMATS / V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV) is lifted, so a row tagged
+    [v2] really ran v2. Restores everything on exit."""
+    from modeld.kernels.linear import gemv, gemv_mma
     from modeld.kernels.linear import triton as lin
     saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV
     saved_env = os.environ.pop(gemv_mma.INT4_GEMV_ENV, None)  # the env would override the policy set here
-    saved_loop = os.environ.pop(gemv_hmma_bcast.LOOP_ENV, None)
     lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = "v1" if variant == "v1" else "v2", ("int4", "fp8", "bf16"), 0
-    gemv_mma.INT4_GEMV = "hmma" if variant == "hmma-bcast" else variant if variant in ("mma", "hmma", "v2") \
-        else gemv_mma.INT4_GEMV
-    os.environ[gemv_hmma_bcast.LOOP_ENV] = "bcast" if variant == "hmma-bcast" else "onehot"
+    gemv_mma.INT4_GEMV = variant if variant in ("mma", "hmma", "v2") else gemv_mma.INT4_GEMV
     try:
         yield
     finally:
         lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV = saved
         if saved_env is not None:
             os.environ[gemv_mma.INT4_GEMV_ENV] = saved_env
-        os.environ.pop(gemv_hmma_bcast.LOOP_ENV, None)
-        if saved_loop is not None:
-            os.environ[gemv_hmma_bcast.LOOP_ENV] = saved_loop
 
 
 def bench_linear(m, fmt, label, n, k, swiglu, reps, gen, config=None, tag="", baseline=True, variant=None):

@@ -182,31 +182,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
 
 
-def sweep_gemv_hmma_bcast(reps, gen, dry=False):
-    """int4 g128 M == 1: gemv_hmma's one-hot loop beside the broadcast-x loop (linear/gemv_hmma_bcast.py), both at
-    the pick, then the bcast loop at (16-row blocks, warps, split_k) candidates and without the cache policy, at every
-    27B shape, interleaved per shape (v2 and cuBLAS bf16 first)."""
-    from modeld.kernels.linear import gemv_hmma
-    tiles = ((4, 4, 4), (4, 4, 6), (2, 2, 3), (2, 2, 4), (2, 2, 8), (8, 8, 3))
-    if dry:
-        tiles = ((1, 4, 1), (2, 4, 2))
-    variants = {f"{b}b w{w} k{k}": dict(blocks=b, num_warps=w, split_k=k) for b, w, k in tiles}
-    variants["pick, no cache policy"] = dict(weight_policy="")
-    saved = gemv_hmma.pick
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False)
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-bcast", baseline=False)
-            for name, kw in variants.items():
-                gemv_hmma.pick = lambda *a, _kw=kw: dataclasses.replace(saved(*a), **_kw)
-                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-bcast", baseline=False,
-                               tag=f" [sweep bcast {name}]")
-                gemv_hmma.pick = saved
-    finally:
-        gemv_hmma.pick = saved
-
-
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
@@ -390,7 +365,6 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-hmma-bcast", sweep_gemv_hmma_bcast),
                      ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
                      ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:

@@ -26,7 +26,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 
 FORMATS = ("int4g128", "fp8", "bf16")
 # the GEMV kernels (not their split-K finish) whose rows the summary keeps
-GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_int4_hmma_bcast_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
+GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
 
 
 def drive(formats=FORMATS) -> int:
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summarize", metavar="CSV", help="print the markdown summary of an ncu --csv run and exit")
     ap.add_argument("--formats", default=",".join(FORMATS),
                     help="driver: the formats to profile, in this order (int4g128 first: --summarize labels the rows "
-                         "in FORMATS order); MODELD_HMMA_LOOP=bcast profiles int4 on the broadcast-x loop")
+                         "in FORMATS order)")
     args = ap.parse_args(argv)
     if args.summarize:
         print(summarize(args.summarize))

@@ -74,11 +74,10 @@ def _chain(x, res, p):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["1", "late", "light", "light-plain-x", "light-bcast"])
+@pytest.mark.parametrize("mode", ["1", "late", "light", "light-plain-x"])
 def test_gpu_pdl_chain_bit_identical(mode, gen, device, monkeypatch):
     """mode "light": MODELD_PDL=1 with MODELD_PDL_LIGHT=1 (the norms and the finish launch wait first);
-    "light-plain-x": that, with the hmma GEMVs loading x by plain ld.global (MODELD_HMMA_X_LOAD=plain); "light-bcast":
-    "light" with the M == 1 int4 GEMVs on the broadcast-x loop (MODELD_HMMA_LOOP=bcast, both runs). Here x is
+    "light-plain-x": that, with the hmma GEMVs loading x by plain ld.global (MODELD_HMMA_X_LOAD=plain). Here x is
     written by the kernel just before each GEMV, so a load of x moved above the PDL wait would show."""
     g = torch.Generator(device=device)
     g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
@@ -96,7 +95,6 @@ def test_gpu_pdl_chain_bit_identical(mode, gen, device, monkeypatch):
         monkeypatch.setenv(_pdl.PDL_ENV, "1" if light else flag)
         monkeypatch.setenv(_pdl.LIGHT_ENV, "1" if light else "0")
         monkeypatch.setenv("MODELD_HMMA_X_LOAD", "plain" if flag == "light-plain-x" else "nc")
-        monkeypatch.setenv("MODELD_HMMA_LOOP", "bcast" if mode == "light-bcast" else "onehot")
         x, res = (t.clone() for t in inputs[0])
         _chain(x, res, p)                                 # warm-up: compile, reserve counters
         torch.cuda.synchronize()
