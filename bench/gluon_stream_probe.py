@@ -1,0 +1,237 @@
+"""Feasibility probe for the int4 M = 1 decode GEMV's gap (issue #5): can a Gluon kernel stream the GEMV's weight
+bytes through a TMA ring in shared memory, one warp issuing the copies and the others consuming, faster than the
+register-held loads of the hmma GEMV?
+
+Why: the hmma GEMV holds its bytes in flight in registers (one DRAM round trip per loop iteration), so its bytes in
+flight are tied to its registers and occupancy; every way around that inside Triton's `tl` language lost
+(dead-ends/hmma-prefetch-next-pair.md, hmma-l2-prefetch-weight-lines.md, gemv-cp-async-pipelined-loads.md;
+findings/gemv-tma-pipeline-barriers-offline.md: Triton's own TMA pipelining keeps a CTA barrier per step). Gluon
+(`triton.experimental.gluon`, shipped in triton 3.6) gives explicit shared memory, mbarriers, TMA copies and warp
+specialization, so the ring needs no CTA barrier.
+
+The probe reads the packed int4 weight words of each 27B decode shape ([rows, K / 8] int32) and sums each row's
+words: a consumer with almost no ALU work, so its time is the streaming rate that a full int4 GEMV on the same
+pipeline could at best reach. Kernels (one program per BR-row block and K split, like the hmma GEMV's grid):
+* `ws`: `gl.warp_specialize`; a 1-warp loader partition issues the TMA copies of [BR, BKW]-word tiles into an
+  S-stage ring (`ready` / `empty` mbarriers per stage); the 4-warp default partition waits, loads the tile from
+  shared memory, adds it to its accumulator and frees the stage.
+* `pipe`: one partition, the copies issued S - 1 tiles ahead of the consumer (tutorial-style software pipeline).
+Beside them, in the same process: the hmma GEMV (the int4 default) on the same shape, torch's copy of the same bytes
+and the 2 GiB copy ceiling. Graph replays, weights rotated past L2 (bench/kernels.py's `time_calls`).
+
+    PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT          # H200, ~1 min
+    PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --offline           # CPU: compile for sm_90, SASS counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
+
+import triton  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
+
+# (label, rows, K) of the int4 decode GEMVs (gate+up as the 2N rows it reads)
+SHAPES = (("gate+up", 34816, 5120), ("down", 5120, 17408), ("in_proj", 16384, 5120), ("qkv", 14336, 5120),
+          ("o_proj", 5120, 6144))
+
+
+@gluon.jit
+def _loader(w_desc, bufs, ready, empty, row0, tile0, n_tiles, BKW: gl.constexpr):
+    S: gl.constexpr = bufs.type.shape[0]
+    for i in range(n_tiles):
+        s = i % S
+        mbarrier.wait(empty.index(s), ((i // S) & 1) ^ 1)  # a fresh barrier counts as phase 1 done
+        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [row0, (tile0 + i) * BKW], ready.index(s), bufs.index(s))
+
+
+@gluon.jit
+def _consumer(bufs, ready, empty, n_tiles, BR: gl.constexpr, BKW: gl.constexpr, layout: gl.constexpr):
+    S: gl.constexpr = bufs.type.shape[0]
+    acc = gl.zeros([BR, BKW], gl.int32, layout)
+    for i in range(n_tiles):
+        s = i % S
+        mbarrier.wait(ready.index(s), (i // S) & 1)
+        v = bufs.index(s).load(layout)
+        fence_async_shared()  # the shared load is ordered before the stage's next TMA write
+        mbarrier.arrive(empty.index(s), count=1)
+        acc += v
+    return (acc,)  # triton 3.6: the default partition's results as a tuple (a bare tensor fails to flatten)
+
+
+@gluon.jit
+def _stream_ws_kernel(w_desc, out_ptr, R, TILES, TPP, BR: gl.constexpr, BKW: gl.constexpr, S: gl.constexpr,
+                      num_warps: gl.constexpr):
+    # program (pid, pid_k): rows [pid BR, + BR) x tiles [pid_k TPP, + TPP) of BKW words; out [SPLIT, R] int32
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    tile0 = pid_k * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    acc, = gl.warp_specialize([(_consumer, (bufs, ready, empty, n_tiles, BR, BKW, layout)),
+                              (_loader, (w_desc, bufs, ready, empty, pid * BR, tile0, n_tiles, BKW))], [1], [24])
+    rows = pid * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
+    gl.store(out_ptr + pid_k * R + rows, gl.sum(acc, axis=1), mask=rows < R)
+
+
+@gluon.jit
+def _stream_pipe_kernel(w_desc, out_ptr, R, TILES, TPP, BR: gl.constexpr, BKW: gl.constexpr, S: gl.constexpr,
+                        num_warps: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    tile0 = pid_k * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):  # the first S - 1 copies
+        mbarrier.expect(ready.index(i), w_desc.block_type.nbytes, pred=i < n_tiles)
+        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + i) * BKW], ready.index(i), bufs.index(i),
+                                        pred=i < n_tiles)
+    acc = gl.zeros([BR, BKW], gl.int32, layout)
+    for i in range(n_tiles):
+        j = i + S - 1  # refill the stage consumed one iteration ago
+        mbarrier.expect(ready.index(j % S), w_desc.block_type.nbytes, pred=j < n_tiles)
+        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + j) * BKW], ready.index(j % S),
+                                        bufs.index(j % S), pred=j < n_tiles)
+        mbarrier.wait(ready.index(i % S), (i // S) & 1)
+        acc += bufs.index(i % S).load(layout)
+        fence_async_shared()
+    rows = pid * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
+    gl.store(out_ptr + pid_k * R + rows, gl.sum(acc, axis=1), mask=rows < R)
+
+
+def launch(kind: str, w, out, br: int, bkw: int, stages: int, split: int, num_warps: int = 4, maxnreg: int = 64):
+    """out [split, R] int32 <- per-row sums of w [R, KW] int32 over each split's tiles (wrapping int32 adds)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    r, kw = w.shape
+    tiles = triton.cdiv(kw, bkw)
+    tpp = triton.cdiv(tiles, split)
+    layout = gl.NVMMASharedLayout.get_default_for([br, bkw], gl.int32)
+    desc = TensorDescriptor.from_tensor(w, [br, bkw], layout)
+    kern = _stream_ws_kernel if kind == "ws" else _stream_pipe_kernel
+    # warp-specialized kernels assume maxnreg 256 unless told (the loader partition gets 24, the rest share the
+    # remainder): cap it so several programs fit per SM
+    extra = {"maxnreg": maxnreg} if kind == "ws" else {}
+    return kern[(triton.cdiv(r, br), triton.cdiv(tiles, tpp))](desc, out, r, tiles, tpp, BR=br, BKW=bkw, S=stages,
+                                                                num_warps=num_warps, **extra)
+
+
+def offline() -> int:
+    """Compile both kernels for sm_90 on CPU (no GPU): registers, shared memory, and the loop's barriers / TMA ops."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    for kern in (_stream_ws_kernel, _stream_pipe_kernel):
+        for br, bkw, stages in ((64, 32, 4), (64, 32, 8), (128, 32, 4)):
+            layout = gl.NVMMASharedLayout.get_default_for([br, bkw], gl.int32)
+            sig = {"w_desc": f"tensordesc<i32[{br}, {bkw}],{layout!r}>", "out_ptr": "*i32", "R": "i32",
+                   "TILES": "i32", "TPP": "i32", "BR": "constexpr", "BKW": "constexpr", "S": "constexpr",
+                   "num_warps": "constexpr"}
+            src = GluonASTSource(kern, sig, constexprs={"BR": br, "BKW": bkw, "S": stages, "num_warps": 4})
+            opts = {"num_warps": 4, "maxnreg": 64} if kern is _stream_ws_kernel else {"num_warps": 4}
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+            ptx = k.asm["ptx"]
+            ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+            path = f"/tmp/gluon_probe_{os.getpid()}.ptx"
+            with open(path, "w") as f:
+                f.write(ptx)
+            import subprocess
+            r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"], capture_output=True,
+                               text=True, timeout=300)
+            dis = subprocess.run([os.path.join(os.path.dirname(ptxas), "cuobjdump"), "-sass", path + ".o"],
+                                 capture_output=True, text=True, timeout=300).stdout
+            counts = {op: len(re.findall(op, dis)) for op in ("UTMALDG", "SYNCS", "BAR.SYNC", "MEMBAR", "USETMAXREG")}
+            regs = re.findall(r"Used (\d+) registers", r.stderr)
+            print(f"{kern.__name__} BR {br} BKW {bkw} S {stages}: regs {regs} smem {k.metadata.shared} {counts}",
+                  flush=True)
+    return 0
+
+
+def measure(out_dir: str, reps: int) -> int:
+    import torch
+
+    from bench import kernels as K
+
+    dev = "cuda"
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(20261130)
+    K.ceilings(reps)
+    ceiling = K.CEIL.get("copy_TBps")
+    rows = []
+    for label, r, k in SHAPES:
+        kw = k // 8
+        nbytes = r * kw * 4
+        n_sets = max(2, -(-160 * 2**20 // nbytes))  # rotate past the 50 MB L2
+        ws = [torch.randint(-2**31, 2**31 - 1, (r, kw), device=dev, dtype=torch.int32, generator=gen)
+              for _ in range(n_sets)]
+        want = ws[0].long().sum(dim=1)
+        copies = [torch.empty_like(w) for w in ws]
+        # an SM kernel copy (a graph-captured copy_ becomes a slower copy-engine node) and a one-launch read
+        t_copy = K.time_calls(lambda i: torch.mul(ws[i], 1, out=copies[i]), n_sets, reps)[0]
+        t_read = K.time_calls(lambda i: ws[i].sum(dim=1), n_sets, reps)[0]
+        row = {"shape": label, "rows": r, "K": k, "MB": nbytes / 1e6, "copy_us": t_copy * 1e3,
+               "copy_TBps": 2 * nbytes / t_copy / 1e9, "read_us": t_read * 1e3, "read_TBps": nbytes / t_read / 1e9}
+        # the hmma GEMV (default int4 M = 1 path) on the same weights' shape, its own random weights
+        sw = label == "gate+up"
+        n = r // 2 if sw else r
+        wq, _ = K._make_weights("int4g128", r, k, gen)
+        fn = K._linear_fn("int4g128", sw)
+        x = torch.randn(1, k, device=dev, generator=gen).bfloat16()
+        wqs = [wq] + [tuple(t.clone() for t in wq) for _ in range(n_sets - 1)]
+        row["hmma_us"] = K.time_calls(lambda i: fn(x, *wqs[i]), n_sets, reps)[0] * 1e3
+        for kind in ("ws", "pipe"):
+            for br, bkw, stages, split in ((64, 32, 4, 1), (64, 32, 8, 1), (64, 32, 4, 3), (64, 32, 8, 4),
+                                           (64, 32, 4, 8), (128, 32, 4, 1), (64, 64, 4, 1)):
+                tag = f"{kind} BR{br} BKW{bkw} S{stages} k{split}"
+                tiles = -(-kw // bkw)
+                split_eff = -(-tiles // -(-tiles // split))
+                outs = [torch.empty(split_eff, r, device=dev, dtype=torch.int32) for _ in range(n_sets)]
+                try:
+                    launch(kind, ws[0], outs[0], br, bkw, stages, split)
+                    torch.cuda.synchronize()
+                    got = outs[0].long().sum(dim=0)
+                    ok = bool(((got - want) % 2**32 == 0).all())
+                    t = K.time_calls(lambda i: launch(kind, ws[i], outs[i], br, bkw, stages, split), n_sets, reps)[0]
+                    row[tag] = {"us": t * 1e3, "TBps_read": nbytes / t / 1e9, "of_copy_time": t_copy / t,
+                                "of_hmma_time": row["hmma_us"] / (t * 1e3), "ok": ok}
+                except Exception as e:  # a config that does not compile or launch is a result too
+                    row[tag] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                print(label, tag, row[tag], flush=True)
+        print(label, {k: v for k, v in row.items() if not isinstance(v, dict)}, flush=True)
+        rows.append(row)
+        del ws, copies, wqs
+        torch.cuda.empty_cache()
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "gluon_stream_probe.json"), "w") as f:
+        json.dump({"commit": os.environ.get("MODELD_COMMIT"), "ceiling": ceiling, "rows": rows}, f, indent=1)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=".", help="where gluon_stream_probe.json goes (GPU run)")
+    ap.add_argument("--reps", type=int, default=10, help="graph replays per timing")
+    ap.add_argument("--offline", action="store_true", help="CPU: compile for sm_90 and print SASS counts, no GPU")
+    args = ap.parse_args(argv)
+    return offline() if args.offline else measure(args.out, args.reps)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
