@@ -165,6 +165,7 @@ def offline() -> int:
 
 
 def measure(out_dir: str, reps: int) -> int:
+    os.environ.setdefault("MODELD_PDL", "0")  # as bench/kernels.py: the hmma GEMV timed in isolation
     import torch
 
     from bench import kernels as K
