@@ -51,8 +51,14 @@ def test_units_give_whole_tiles(nc, split, want):
     assert got == want and got[1] % 2 == 0 and (got[0] - 1) * got[1] < nc <= got[0] * got[1]
 
 
-def test_pick_split_fills_the_gpu():
-    assert ht.pick_split(5120, 132) == 3 and ht.pick_split(14336, 132) == 1 and ht.pick_split(34816, 132) == 1
+@pytest.mark.parametrize("rows", [5120, 14336, 34816, 100])
+@pytest.mark.parametrize("warps", [1, 2, 4])
+def test_pick_split_fills_the_gpu(rows, warps):
+    """At least WARPS_PER_SM warps per SM in all, and not twice that unless one split per row block already is."""
+    split = ht.pick_split(rows, 132, warps)
+    blocks = -(-rows // (16 * warps))
+    assert split >= 1 and blocks * split * warps >= ht.WARPS_PER_SM * 132
+    assert split == 1 or blocks * (split - 1) * warps < ht.WARPS_PER_SM * 132
 
 
 def test_policy_falls_back_to_hmma_off_sm90(gen, device, poisoned_outputs, monkeypatch):
@@ -91,10 +97,10 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 def test_gpu_hmma_tma_gemv(n, k, swiglu, gen, device, poisoned_outputs):
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     want = int4_want(x, ws, swiglu)
-    for split, stages in ((1, 4), (3, 4), (2, 2), (5, 6)):
+    for split, stages, warps in ((1, 4, 4), (3, 4, 1), (2, 2, 2), (5, 6, 4), (7, 3, 1)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-        assert_close(ht.launch_int4_hmma_tma(x, *ws, y, swiglu, 128, split, stages), want,
-                     what=f"hmma-tma GEMV {n}x{k} split {split} S {stages}")
+        assert_close(ht.launch_int4_hmma_tma(x, *ws, y, swiglu, 128, split, stages, warps), want,
+                     what=f"hmma-tma GEMV {n}x{k} split {split} S {stages} warps {warps}")
 
 
 @pytest.mark.gpu
@@ -103,7 +109,7 @@ def test_gpu_hmma_tma_group_256_and_large_mins(gen, device, poisoned_outputs):
     got = ht.launch_int4_hmma_tma(x, *ws, torch.empty(1, 4096, dtype=torch.bfloat16, device=device), True, 256, 2)
     assert_close(got, int4_want(x, ws, True), what="hmma-tma G=256")
     x, ws = int4_problem(96, 2048, 128, False, gen, device, x_scale=30.0, w_shift=3.0)
-    got = ht.launch_int4_hmma_tma(x, *ws, torch.empty(1, 96, dtype=torch.bfloat16, device=device), False, 128, 1)
+    got = ht.launch_int4_hmma_tma(x, *ws, torch.empty(1, 96, dtype=torch.bfloat16, device=device), False, 128, 1, 4, 1)
     assert_close(got, int4_want(x, ws, False), what="hmma-tma, shifted weights")
 
 
@@ -112,8 +118,20 @@ def test_gpu_hmma_tma_group_256_and_large_mins(gen, device, poisoned_outputs):
 def test_gpu_hmma_tma_agrees_with_hmma(n, k, swiglu, gen, device):
     """Same exact products and per-chunk columns as gemv_hmma; fp32 sums in another order."""
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
+    rows = 2 * n if swiglu else n
     y_t = ht.launch_int4_hmma_tma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                  ht.pick_split(2 * n if swiglu else n, 132))
+                                  ht.pick_split(rows, 132, ht.WARPS), ht.STAGES, ht.WARPS)
     y_h = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
                               gh.pick(90, swiglu, n, k, 132, False))
     assert (y_t - y_h).abs().max().item() <= 1e-4 * y_h.abs().max().item()
+
+
+def test_config_env(monkeypatch):
+    monkeypatch.delenv(ht.CONFIG_ENV, raising=False)
+    assert ht.config() == (ht.WARPS, ht.STAGES, ht.WARPS_PER_SM)
+    monkeypatch.setenv(ht.CONFIG_ENV, "1,6,32")
+    assert ht.config() == (1, 6, 32)
+    for bad in ("1,6", "3,4,24", "1,9,24", "a,b,c"):
+        monkeypatch.setenv(ht.CONFIG_ENV, bad)
+        with pytest.raises(KernelValueError, match=ht.CONFIG_ENV):
+            ht.config()
