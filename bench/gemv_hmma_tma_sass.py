@@ -29,7 +29,7 @@ def compile_offline(stages: int, split: int = 3, cpg: int = 1, warps: int = 4) -
     layout = gl.NVMMASharedLayout(0, 32, 2)
     sig = {"w_desc": f"tensordesc<i32[{16 * warps}, {ht.WORDS}],{layout!r}>", "x_ptr": "*i32", "xb_ptr": "*bf16",
            "s_ptr": "*fp16", "m_ptr": "*fp16", "y_ptr": "*bf16", "part_ptr": "*fp32", "N": "i32", "NY": "i32",
-           "NC": "i32", "CPP": "i32", "stride_s": "i32", "CPG": "constexpr", "SPLIT": "constexpr", "S": "constexpr",
+           "NC": "i32", "CPP": "i32", "stride_s": "i32", "RB": "i32", "ITEMS": "i32", "CPG": "constexpr", "SPLIT": "constexpr", "S": "constexpr",
            "NW": "constexpr"}
     src = GluonASTSource(ht._gemv_int4_hmma_tma_kernel, sig,
                          constexprs={"CPG": cpg, "SPLIT": split, "S": stages, "NW": warps})
