@@ -19,7 +19,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
 
 
-def compile_offline(stages: int, split: int = 3, cpg: int = 1, warps: int = 4) -> dict:
+def compile_offline(stages: int, split: int = 3, cpg: int = 1, warps: int = 4, tile_chunks: int = 2) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
@@ -27,12 +27,13 @@ def compile_offline(stages: int, split: int = 3, cpg: int = 1, warps: int = 4) -
 
     from modeld.kernels.linear import gemv_hmma_tma as ht
     layout = gl.NVMMASharedLayout(0, 32, 2)
-    sig = {"w_desc": f"tensordesc<i32[{16 * warps}, {ht.WORDS}],{layout!r}>", "x_ptr": "*i32", "xb_ptr": "*bf16",
+    sig = {"w_desc": f"tensordesc<i32[{16 * warps}, {16 * tile_chunks}],{layout!r}>", "x_ptr": "*i32", "xb_ptr": "*bf16",
            "s_ptr": "*fp16", "m_ptr": "*fp16", "y_ptr": "*bf16", "part_ptr": "*fp32", "N": "i32", "NY": "i32",
-           "NC": "i32", "CPP": "i32", "stride_s": "i32", "RB": "i32", "ITEMS": "i32", "CPG": "constexpr", "SPLIT": "constexpr", "S": "constexpr",
-           "NW": "constexpr"}
+           "NC": "i32", "CPP": "i32", "stride_s": "i32", "CPG": "constexpr", "SPLIT": "constexpr", "S": "constexpr",
+           "NW": "constexpr", "TC": "constexpr"}
     src = GluonASTSource(ht._gemv_int4_hmma_tma_kernel, sig,
-                         constexprs={"CPG": cpg, "SPLIT": split, "S": stages, "NW": warps})
+                         constexprs={"CPG": cpg, "SPLIT": split, "S": stages, "NW": warps,
+                                                                   "TC": tile_chunks})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     path = f"/tmp/hmma_tma_{os.getpid()}.ptx"
@@ -44,7 +45,7 @@ def compile_offline(stages: int, split: int = 3, cpg: int = 1, warps: int = 4) -
                           timeout=300).stdout
     regs = re.search(r"Used (\d+) registers", info)
     spill = re.search(r"(\d+) bytes spill stores", info)
-    return {"stages": stages, "split": split, "warps": warps, "regs": int(regs.group(1)) if regs else None,
+    return {"stages": stages, "split": split, "warps": warps, "tile_chunks": tile_chunks, "regs": int(regs.group(1)) if regs else None,
             "spill_bytes": int(spill.group(1)) if spill else None, "shared": k.metadata.shared,
             "ptx_tma_copies": k.asm["ptx"].count("cp.async.bulk.tensor"),
             "ptx_mma_sync": k.asm["ptx"].count("mma.sync.aligned.m16n8k16"),
@@ -55,9 +56,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stages", type=int, default=4, help="ring depth S")
     ap.add_argument("--warps", type=int, default=4, help="warps (16-row blocks) per program")
+    ap.add_argument("--tile-chunks", type=int, default=2, help="128-k chunks per ring tile")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    row = compile_offline(args.stages, warps=args.warps)
+    row = compile_offline(args.stages, warps=args.warps, tile_chunks=args.tile_chunks)
     print(json.dumps(row) if args.json else "\n".join(f"{k}: {v}" for k, v in row.items()))
     return 0
 

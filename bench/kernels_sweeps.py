@@ -185,25 +185,25 @@ def sweep_gemv_hmma(reps, gen, dry=False):
 def sweep_gemv_hmma_tma(reps, gen, dry=False):
     """int4 g128 M == 1: the hmma GEMV (the default) beside the same decode fed by a Gluon TMA ring
     (linear/gemv_hmma_tma.py, MODELD_GEMV_INT4=hmma-tma) at its defaults, then at (warps per item, ring depth,
-    warps-per-SM target of the split rule, persistent CTAs per SM or 0) candidates, at every 27B shape, interleaved per shape (v2 and cuBLAS bf16
+    warps-per-SM target of the split rule, chunks per ring tile) candidates, at every 27B shape, interleaved per shape (v2 and cuBLAS bf16
     first). GPU only (Gluon has no interpreter)."""
     from modeld.kernels.linear import gemv_hmma_tma as ht
-    cands = ((4, 3, 12, 0), (4, 3, 24, 0), (4, 3, 24, 3), (4, 3, 24, 4), (4, 4, 24, 3), (4, 3, 48, 4),
-             (4, 4, 48, 2), (2, 4, 24, 6), (1, 4, 24, 12), (1, 4, 48, 16))
-    saved = ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.CTAS_PER_SM
+    cands = ((4, 3, 12, 2), (4, 3, 12, 4), (4, 2, 12, 4), (4, 3, 8, 4), (4, 3, 16, 4), (4, 2, 12, 8), (4, 3, 8, 8),
+             (2, 3, 12, 4), (2, 3, 12, 8), (1, 3, 12, 8))
+    saved = ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS
     os.environ.pop(ht.CONFIG_ENV, None)  # the module constants below are the candidates
     try:
         for label, n, k, sw in K.LINEAR_SHAPES:
             K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
             K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False)
             K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-tma", baseline=False)
-            for warps, stages, wps, ctas in cands:
-                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.CTAS_PER_SM = warps, stages, wps, ctas
+            for warps, stages, wps, tc in cands:
+                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = warps, stages, wps, tc
                 K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-tma", baseline=False,
-                               tag=f" [sweep tma w{warps} S{stages} {wps} warps/SM {ctas} CTAs/SM]")
-                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.CTAS_PER_SM = saved
+                               tag=f" [sweep tma w{warps} S{stages} {wps} warps/SM {tc} chunks/tile]")
+                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = saved
     finally:
-        ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.CTAS_PER_SM = saved
+        ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = saved
 
 
 def sweep_gemv_evict(reps, gen, dry=False):

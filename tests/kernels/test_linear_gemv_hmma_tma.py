@@ -97,11 +97,11 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (16384, 5120, False), (
 def test_gpu_hmma_tma_gemv(n, k, swiglu, gen, device, poisoned_outputs):
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     want = int4_want(x, ws, swiglu)
-    for split, stages, warps, ctas in ((1, 4, 4, 0), (3, 4, 1, 0), (2, 2, 2, 0), (5, 6, 4, 0), (7, 3, 1, 0),
-                                       (3, 3, 4, 1), (4, 3, 4, 3), (2, 4, 1, 8)):
+    for split, stages, warps, tc in ((1, 4, 4, 2), (3, 4, 1, 2), (2, 2, 2, 4), (5, 6, 4, 2), (7, 3, 1, 8),
+                                     (3, 3, 4, 4), (4, 2, 4, 8), (1, 3, 2, 8)):
         y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-        assert_close(ht.launch_int4_hmma_tma(x, *ws, y, swiglu, 128, split, stages, warps, ctas), want,
-                     what=f"hmma-tma GEMV {n}x{k} split {split} S {stages} warps {warps} persistent {ctas}")
+        assert_close(ht.launch_int4_hmma_tma(x, *ws, y, swiglu, 128, split, stages, warps, tc), want,
+                     what=f"hmma-tma GEMV {n}x{k} split {split} S {stages} warps {warps} chunks/tile {tc}")
 
 
 @pytest.mark.gpu
@@ -117,11 +117,11 @@ def test_gpu_hmma_tma_group_256_and_large_mins(gen, device, poisoned_outputs):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:5], ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES[:5]])
 def test_gpu_hmma_tma_agrees_with_hmma(n, k, swiglu, gen, device):
-    """Same exact products and per-chunk columns as gemv_hmma; fp32 sums in another order (persistent programs)."""
+    """Same exact products and per-chunk columns as gemv_hmma; fp32 sums in another order (4 chunks per ring tile)."""
     x, ws = int4_problem(n, k, 128, swiglu, gen, device)
     rows = 2 * n if swiglu else n
     y_t = ht.launch_int4_hmma_tma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                  ht.pick_split(rows, 132, ht.WARPS), ht.STAGES, ht.WARPS, 3)
+                                  ht.pick_split(rows, 132, ht.WARPS), ht.STAGES, ht.WARPS, 4)
     y_h = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
                               gh.pick(90, swiglu, n, k, 132, False))
     assert (y_t - y_h).abs().max().item() <= 1e-4 * y_h.abs().max().item()
@@ -129,10 +129,10 @@ def test_gpu_hmma_tma_agrees_with_hmma(n, k, swiglu, gen, device):
 
 def test_config_env(monkeypatch):
     monkeypatch.delenv(ht.CONFIG_ENV, raising=False)
-    assert ht.config() == (ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.CTAS_PER_SM)
+    assert ht.config() == (ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS)
     monkeypatch.setenv(ht.CONFIG_ENV, "1,6,32,4")
     assert ht.config() == (1, 6, 32, 4)
-    for bad in ("1,6,32", "3,4,24,0", "1,9,24,0", "a,b,c,d", "4,3,12,-1"):
+    for bad in ("1,6,32", "3,4,24,2", "1,9,24,2", "a,b,c,d", "4,3,12,3"):
         monkeypatch.setenv(ht.CONFIG_ENV, bad)
         with pytest.raises(KernelValueError, match=ht.CONFIG_ENV):
             ht.config()

@@ -368,9 +368,9 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
                                                        finish=_gemv_batch_finish_kernel)
     if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma-tma"
             and sm >= 90 and not interpreting() and _gemv_hmma_tma.usable(x, w, group)):
-        warps, stages, wps, ctas = _gemv_hmma_tma.config()
+        warps, stages, wps, tc = _gemv_hmma_tma.config()
         split = _gemv_hmma_tma.pick_split(2 * n if swiglu else n, _sm_count(device), warps, wps)
-        return _gemv_hmma_tma.launch_int4_hmma_tma(x, w, ws, wm, y, swiglu, group, split, stages, warps, ctas,
+        return _gemv_hmma_tma.launch_int4_hmma_tma(x, w, ws, wm, y, swiglu, group, split, stages, warps, tc,
                                                    kernel=_gemv_int4_hmma_tma_kernel, finish=_gemv_finish_kernel)
     if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() in ("hmma", "hmma-tma")
             and _gemv_hmma.usable(x, w, group)):
