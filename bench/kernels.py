@@ -258,8 +258,8 @@ DRY_LINEAR_SHAPES = [("mlp gate+up swiglu", 24, 256, True), ("mlp down", 20, 384
 @contextmanager
 def gemv_variant(variant: str):
     """Force the M == 1 int4/fp8/bf16 kernel: "v1" (`_matmul_kernel`), "v2" (linear/gemv.py), "mma"
-    (int4 on wgmma, linear/gemv_mma.py), "hmma" (int4 on mma.sync, linear/gemv_hmma.py) or "hmma-tma" (the same
-    fed by a Gluon TMA ring, linear/gemv_hmma_tma.py; other formats v2 for all three) for every format and size — the
+    (int4 on wgmma, linear/gemv_mma.py) or "hmma" (int4 on mma.sync, linear/gemv_hmma.py; other formats
+    v2 for both) for every format and size — the
     routing policy (gemv.V2_FORMATS / V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV) is lifted, so a row tagged
     [v2] really ran v2. Restores everything on exit."""
     from modeld.kernels.linear import gemv, gemv_mma
@@ -267,7 +267,7 @@ def gemv_variant(variant: str):
     saved = lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS, gemv_mma.INT4_GEMV
     saved_env = os.environ.pop(gemv_mma.INT4_GEMV_ENV, None)  # the env would override the policy set here
     lin.GEMV_VARIANT, gemv.V2_FORMATS, gemv.V2_MIN_WEIGHTS = "v1" if variant == "v1" else "v2", ("int4", "fp8", "bf16"), 0
-    gemv_mma.INT4_GEMV = variant if variant in ("mma", "hmma", "v2", "hmma-tma") else gemv_mma.INT4_GEMV
+    gemv_mma.INT4_GEMV = variant if variant in ("mma", "hmma", "v2") else gemv_mma.INT4_GEMV
     try:
         yield
     finally:
@@ -378,8 +378,8 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("sweep-gemv-hmma-tma", "skinny", "logits", "decode", "prefill", "gemm", "gemm-more",
-                          "sweep-gemv", "sweep-attention", "sweep-gemm")
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "prefill", "gemm", "gemm-more", "sweep-gemv", "sweep-attention",
+                          "sweep-gemm")
 
 
 def recurrent(out):

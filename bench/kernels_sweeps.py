@@ -182,30 +182,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
 
 
-def sweep_gemv_hmma_tma(reps, gen, dry=False):
-    """int4 g128 M == 1: the hmma GEMV (the default) beside the same decode fed by a Gluon TMA ring
-    (linear/gemv_hmma_tma.py, MODELD_GEMV_INT4=hmma-tma) at its defaults, then at (warps per item, ring depth,
-    warps-per-SM target of the split rule, chunks per ring tile) candidates, at every 27B shape, interleaved per shape (v2 and cuBLAS bf16
-    first). GPU only (Gluon has no interpreter)."""
-    from modeld.kernels.linear import gemv_hmma_tma as ht
-    cands = ((4, 3, 12, 2), (4, 3, 12, 4), (4, 2, 12, 4), (4, 3, 8, 4), (4, 3, 16, 4), (4, 2, 12, 8), (4, 3, 8, 8),
-             (2, 3, 12, 4), (2, 3, 12, 8), (1, 3, 12, 8))
-    saved = ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS
-    os.environ.pop(ht.CONFIG_ENV, None)  # the module constants below are the candidates
-    try:
-        for label, n, k, sw in K.LINEAR_SHAPES:
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="v2")
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma", baseline=False)
-            K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-tma", baseline=False)
-            for warps, stages, wps, tc in cands:
-                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = warps, stages, wps, tc
-                K.bench_linear(1, "int4g128", label, n, k, sw, reps, gen, variant="hmma-tma", baseline=False,
-                               tag=f" [sweep tma w{warps} S{stages} {wps} warps/SM {tc} chunks/tile]")
-                ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = saved
-    finally:
-        ht.WARPS, ht.STAGES, ht.WARPS_PER_SM, ht.TILE_CHUNKS = saved
-
-
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
@@ -389,7 +365,6 @@ def gemv_sections(sections, reps, gen, dry=False):
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
     for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
-                     ("sweep-gemv-hmma-tma", sweep_gemv_hmma_tma),
                      ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
                      ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:

@@ -26,7 +26,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 
 FORMATS = ("int4g128", "fp8", "bf16")
 # the GEMV kernels (not their split-K finish) whose rows the summary keeps
-GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_int4_hmma_tma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
+GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
 
 
 def drive(formats=FORMATS) -> int:

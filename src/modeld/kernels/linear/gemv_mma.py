@@ -52,13 +52,12 @@ __all__ = ["MmaGemvConfig", "INT4_GEMV", "INT4_GEMV_ENV", "int4_gemv", "MMA_TUNE
 # (optimizations/gemv-int4-tensor-core.md).
 INT4_GEMV = "hmma"
 INT4_GEMV_ENV = "MODELD_GEMV_INT4"
-_INT4_POLICIES = ("hmma", "v2", "tuned", "mma", "hmma-tma")
+_INT4_POLICIES = ("hmma", "v2", "tuned", "mma")
 
 
 def int4_gemv() -> str:
     """The int4 decode policy: $MODELD_GEMV_INT4 if set, else INT4_GEMV ("hmma" also sends 2 <= M <= 8 calls to
-    gemv_hmma_batch; "hmma-tma" is "hmma" with M == 1 on sm_90 through gemv_hmma_tma, a prototype). Raises
-    KernelValueError."""
+    gemv_hmma_batch). Raises KernelValueError."""
     policy = os.environ.get(INT4_GEMV_ENV) or INT4_GEMV
     if policy not in _INT4_POLICIES:
         raise KernelValueError(f"{INT4_GEMV_ENV}={policy!r}: expected one of {', '.join(_INT4_POLICIES)}")

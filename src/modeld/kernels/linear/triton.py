@@ -11,8 +11,7 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 * BLOCK_M >= 16: tl.dot tiles (mma.sync for the 16-row skinny decode tile, wgmma for the 128-row
   prefill tile on sm_90), cp.async-pipelined over num_stages.
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
-`gemv_hmma` (MODELD_GEMV_INT4=hmma-tma: `gemv_hmma_tma` on sm_90, a Gluon prototype), 2 <= M <= 16 for
-`gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
+`gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
 fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
 =mma16: there up to M 16). 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
 paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
@@ -49,7 +48,6 @@ from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelVal
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
-from modeld.kernels.linear import gemv_hmma_tma as _gemv_hmma_tma
 from modeld.kernels.linear import gemv_fp8_batch as _gemv_fp8_batch
 from modeld.kernels.linear import gemv_hmma_batch as _gemv_hmma_batch
 from modeld.kernels.linear import gemv_mma as _gemv_mma
@@ -57,7 +55,6 @@ from modeld.kernels.linear import w8a8 as _w8a8
 from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, _gemv_fp8_kernel,  # launch
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
-from modeld.kernels.linear.gemv_hmma_tma import _gemv_int4_hmma_tma_kernel  # launch
 from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
@@ -360,19 +357,13 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         fcfg = _gemv_fp8_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting(), m)
         return _gemv_fp8_batch.launch_fp8_batch(x, w, ws, y, swiglu, fcfg, kernel=_gemv_fp8_batch_kernel,
                                                 finish=_gemv_batch_finish_kernel)
-    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() in ("hmma", "hmma-tma")
+    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
             and _gemv_hmma_batch.usable(x, w, group)):
         bcfg = _gemv_hmma_batch.pick(sm, swiglu, n, k, _sm_count(device), interpreting(), m)
         return _gemv_hmma_batch.launch_int4_hmma_batch(x, w, ws, wm, y, swiglu, group, bcfg,
                                                        kernel=_gemv_int4_hmma_batch_kernel,
                                                        finish=_gemv_batch_finish_kernel)
-    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma-tma"
-            and sm >= 90 and not interpreting() and _gemv_hmma_tma.usable(x, w, group)):
-        warps, stages, wps, tc = _gemv_hmma_tma.config()
-        split = _gemv_hmma_tma.pick_split(2 * n if swiglu else n, _sm_count(device), warps, wps)
-        return _gemv_hmma_tma.launch_int4_hmma_tma(x, w, ws, wm, y, swiglu, group, split, stages, warps, tc,
-                                                   kernel=_gemv_int4_hmma_tma_kernel, finish=_gemv_finish_kernel)
-    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() in ("hmma", "hmma-tma")
+    if (config is None and fmt == FMT_INT4 and GEMV_VARIANT == "v2" and _gemv_mma.int4_gemv() == "hmma"
             and _gemv_hmma.usable(x, w, group)):
         hcfg = _gemv_hmma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
         return _gemv_hmma.launch_int4_hmma(x, w, ws, wm, y, swiglu, group, hcfg, kernel=_gemv_int4_hmma_kernel,
