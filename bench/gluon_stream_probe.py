@@ -21,6 +21,7 @@ and the 2 GiB copy ceiling. Graph replays, weights rotated past L2 (bench/kernel
 
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT          # H200, ~1 min
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --offline           # CPU: compile for sm_90, SASS counts
+    PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT --targets   # H200: the unmet-target rows' bytes
 """
 
 from __future__ import annotations
@@ -225,13 +226,73 @@ def measure(out_dir: str, reps: int) -> int:
     return 0
 
 
+# the decode rows whose #5 target is unmet at M = 1, as (label, format of the default kernel or None, rows, K, swiglu):
+# the ring streams an int32 matrix of the same bytes (fp8: K / 4 words per row, bf16: K / 2); decode attention's KV
+# bytes of one sequence (session-12 rows: 33.6 MB at 8k, 4 KV heads x 256 x K and V) as [rows, 128] words
+TARGETS = (("fp8 gate+up", "fp8", 34816, 5120, True), ("fp8 down", "fp8", 5120, 17408, False),
+           ("fp8 in_proj", "fp8", 16384, 5120, False), ("fp8 qkv", "fp8", 14336, 5120, False),
+           ("fp8 o_proj", "fp8", 5120, 6144, False), ("bf16 o_proj", "bf16", 5120, 6144, False),
+           ("attention KV B1 8k", None, 65536, 512, False), ("attention KV B1 32k", None, 262144, 512, False))
+RING_CONFIGS = (("pipe", 64, 64, 4, 1), ("pipe", 64, 32, 4, 3), ("pipe", 64, 32, 4, 8), ("pipe", 128, 32, 4, 2))
+
+
+def measure_targets(out_dir: str, reps: int) -> int:
+    """For each unmet-target row: the default kernel (if any) and the ring streaming the same bytes, same call."""
+    os.environ.setdefault("MODELD_PDL", "0")
+    import torch
+
+    from bench import kernels as K
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261130)
+    K.ceilings(reps)
+    ceiling = K.CEIL.get("copy_TBps")
+    rows = []
+    for label, fmt, r, k, sw in TARGETS:
+        kw = {"fp8": k // 4, "bf16": k // 2, None: k // 4}[fmt]
+        nbytes = r * kw * 4
+        n_sets = max(2, -(-160 * 2**20 // nbytes))
+        row = {"shape": label, "rows": r, "words": kw, "MB": nbytes / 1e6, "copy_ceiling_TBps": ceiling}
+        if fmt is not None:
+            wts = [K._make_weights(fmt, r, k, gen)[0] for _ in range(n_sets)]
+            fn = K._linear_fn(fmt, sw)
+            x = torch.randn(1, k, device="cuda", generator=gen).bfloat16()
+            t = K.time_calls(lambda i: fn(x, *wts[i]), n_sets, reps)[0]
+            row["kernel"] = {"us": t * 1e3, "TBps": nbytes / t / 1e9, "of_copy": nbytes / t / 1e9 / ceiling}
+            del wts
+        ws = [torch.randint(-2**31, 2**31 - 1, (r, kw), device="cuda", dtype=torch.int32, generator=gen)
+              for _ in range(n_sets)]
+        for kind, br, bkw, stages, split in RING_CONFIGS:
+            tiles = -(-kw // bkw)
+            split_eff = -(-tiles // -(-tiles // split))
+            outs = [torch.empty(split_eff, r, device="cuda", dtype=torch.int32) for _ in range(n_sets)]
+            t = K.time_calls(lambda i: launch(kind, ws[i], outs[i], br, bkw, stages, split), n_sets, reps)[0]
+            row[f"{kind} BR{br} BKW{bkw} S{stages} k{split}"] = {"us": t * 1e3, "TBps": nbytes / t / 1e9,
+                                                              "of_copy": nbytes / t / 1e9 / ceiling}
+        best = min((v["us"], k_) for k_, v in row.items() if isinstance(v, dict) and k_ != "kernel")
+        print(label, f"{nbytes / 1e6:.1f} MB", "kernel", row.get("kernel"), "best ring", best[1], row[best[1]],
+              flush=True)
+        rows.append(row)
+        del ws, outs
+        torch.cuda.empty_cache()
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "gluon_stream_targets.json"), "w") as f:
+        json.dump({"commit": os.environ.get("MODELD_COMMIT"), "ceiling": ceiling, "rows": rows}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".", help="where gluon_stream_probe.json goes (GPU run)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays per timing")
     ap.add_argument("--offline", action="store_true", help="CPU: compile for sm_90 and print SASS counts, no GPU")
+    ap.add_argument("--targets", action="store_true",
+                    help="GPU: the ring at the byte counts of the decode rows whose #5 target is unmet (fp8 GEMVs, "
+                         "bf16 o_proj, decode attention B1), beside the default kernel of each GEMV row")
     args = ap.parse_args(argv)
-    return offline() if args.offline else measure(args.out, args.reps)
+    if args.offline:
+        return offline()
+    return measure_targets(args.out, args.reps) if args.targets else measure(args.out, args.reps)
 
 
 if __name__ == "__main__":
