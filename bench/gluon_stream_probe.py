@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
@@ -153,15 +154,14 @@ def offline() -> int:
             path = f"/tmp/gluon_probe_{os.getpid()}.ptx"
             with open(path, "w") as f:
                 f.write(ptx)
-            import subprocess
             r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"], capture_output=True,
                                text=True, timeout=300)
             dis = subprocess.run([os.path.join(os.path.dirname(ptxas), "cuobjdump"), "-sass", path + ".o"],
                                  capture_output=True, text=True, timeout=300).stdout
             counts = {op: len(re.findall(op, dis)) for op in ("UTMALDG", "SYNCS", "BAR.SYNC", "MEMBAR", "USETMAXREG")}
-            regs = re.findall(r"Used (\d+) registers", r.stderr)
-            print(f"{kern.__name__} BR {br} BKW {bkw} S {stages}: regs {regs} smem {k.metadata.shared} {counts}",
-                  flush=True)
+            regs = re.search(r"Used (\d+) registers", r.stderr)
+            print(f"{kern.__name__} BR {br} BKW {bkw} S {stages}: regs {regs.group(1) if regs else '?'} "
+                  f"smem {k.metadata.shared} {counts}", flush=True)
     return 0
 
 
