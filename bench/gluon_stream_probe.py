@@ -120,6 +120,54 @@ def _stream_pipe_kernel(w_desc, out_ptr, R, TILES, TPP, BR: gl.constexpr, BKW: g
     gl.store(out_ptr + pid_k * R + rows, gl.sum(acc, axis=1), mask=rows < R)
 
 
+@gluon.jit
+def _fp8_dot_pipe_kernel(w_desc, x_ptr, out_ptr, R, K, TILES, TPP, BR: gl.constexpr, BK: gl.constexpr,
+                         S: gl.constexpr, num_warps: gl.constexpr):
+    # An fp8 consumer on the `pipe` ring: out[pid_k, row] = sum over the program's k of w[row, k] x[k] (fp32; no
+    # scales), w e4m3 [R, K] in [BR, BK]-byte tiles. Each thread holds 16 consecutive k of a row (one 16-byte
+    # shared load), so the row sums are mostly in-thread; one cross-lane reduction per tile.
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    tile0 = pid_k * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    bufs = gl.allocate_shared_memory(gl.float8e4nv, [S, BR, BK], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):
+        mbarrier.expect(ready.index(i), w_desc.block_type.nbytes, pred=i < n_tiles)
+        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + i) * BK], ready.index(i), bufs.index(i),
+                                        pred=i < n_tiles)
+    kk = gl.arange(0, BK, layout=gl.SliceLayout(0, layout))
+    acc = gl.zeros([BR], gl.float32, gl.SliceLayout(1, layout))
+    for i in range(n_tiles):
+        j = i + S - 1
+        mbarrier.expect(ready.index(j % S), w_desc.block_type.nbytes, pred=j < n_tiles)
+        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + j) * BK], ready.index(j % S), bufs.index(j % S),
+                                        pred=j < n_tiles)
+        k0 = (tile0 + i) * BK
+        xv = gl.load(x_ptr + k0 + kk, mask=k0 + kk < K, other=0.0).to(gl.float32)
+        mbarrier.wait(ready.index(i % S), (i // S) & 1)
+        wv = bufs.index(i % S).load(layout).to(gl.float32)
+        fence_async_shared()
+        acc += gl.sum(wv * gl.expand_dims(xv, 0), axis=1)
+    rows = pid * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
+    gl.store(out_ptr + pid_k * R + rows, acc, mask=rows < R)
+
+
+def launch_fp8_dot(w, x, out, br: int, bk: int, stages: int, split: int, num_warps: int = 4):
+    """out [split, R] fp32 <- per-row partial dots of e4m3 w [R, K] with bf16 x [K] over each split's tiles."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    r, k = w.shape
+    tiles = triton.cdiv(k, bk)
+    tpp = triton.cdiv(tiles, split)
+    desc = TensorDescriptor.from_tensor(w, [br, bk], gl.NVMMASharedLayout.get_default_for([br, bk], gl.float8e4nv))
+    return _fp8_dot_pipe_kernel[(triton.cdiv(r, br), triton.cdiv(tiles, tpp))](desc, x, out, r, k, tiles, tpp, BR=br,
+                                                                                 BK=bk, S=stages,
+                                                                                 num_warps=num_warps)
+
+
 def launch(kind: str, w, out, br: int, bkw: int, stages: int, split: int, num_warps: int = 4, maxnreg: int = 64):
     """out [split, R] int32 <- per-row sums of w [R, KW] int32 over each split's tiles (wrapping int32 adds)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -269,7 +317,25 @@ def measure_targets(out_dir: str, reps: int) -> int:
             t = K.time_calls(lambda i: launch(kind, ws[i], outs[i], br, bkw, stages, split), n_sets, reps)[0]
             row[f"{kind} BR{br} BKW{bkw} S{stages} k{split}"] = {"us": t * 1e3, "TBps": nbytes / t / 1e9,
                                                               "of_copy": nbytes / t / 1e9 / ceiling}
-        best = min((v["us"], k_) for k_, v in row.items() if isinstance(v, dict) and k_ != "kernel")
+        if fmt == "fp8":  # the ring with an fp8 dot consumer (no scales) on real e4m3 weights
+            w8 = [K._make_weights("fp8", r, k, gen)[0][0] for _ in range(n_sets)]
+            xb = torch.randn(k, device="cuda", generator=gen).bfloat16()
+            want = w8[0].float() @ xb.float()
+            for br, bk, stages, split in ((64, 128, 4, 1), (64, 128, 4, 3), (64, 256, 3, 1), (128, 128, 4, 1)):
+                tiles = -(-k // bk)
+                split_eff = -(-tiles // -(-tiles // split))
+                o8 = [torch.empty(split_eff, r, device="cuda", dtype=torch.float32) for _ in range(n_sets)]
+                launch_fp8_dot(w8[0], xb, o8[0], br, bk, stages, split)
+                torch.cuda.synchronize()
+                err = ((o8[0].sum(dim=0) - want).abs().max() / want.abs().max()).item()
+                t = K.time_calls(lambda i: launch_fp8_dot(w8[i], xb, o8[i], br, bk, stages, split), n_sets, reps)[0]
+                row[f"fp8dot BR{br} BK{bk} S{stages} k{split}"] = {"us": t * 1e3, "TBps": nbytes / t / 1e9,
+                                                                 "of_copy": nbytes / t / 1e9 / ceiling, "rel_err": err}
+                print(label, f"fp8dot BR{br} BK{bk} S{stages} k{split}", row[f"fp8dot BR{br} BK{bk} S{stages} k{split}"],
+                      flush=True)
+            del w8
+        best = min((v["us"], k_) for k_, v in row.items() if isinstance(v, dict) and k_ != "kernel"
+                   and not k_.startswith("fp8dot"))
         print(label, f"{nbytes / 1e6:.1f} MB", "kernel", row.get("kernel"), "best ring", best[1], row[best[1]],
               flush=True)
         rows.append(row)
