@@ -26,7 +26,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 
 FORMATS = ("int4g128", "fp8", "bf16")
 # the GEMV kernels (not their split-K finish) whose rows the summary keeps
-GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")
+GEMV_KERNELS = ("_gemv_int4_hmma_kernel", "_gemv_fp8_kernel", "_gemv_bf16_kernel")  # in FORMATS order
 
 
 def drive(formats=FORMATS) -> int:
@@ -79,8 +79,8 @@ def summarize(path: str) -> str:
     col = {name: i for i, name in enumerate(head)}
     out = ["| format / shape | kernel | " + " | ".join(m for m, _ in METRICS) + " | top stalls (per issued instruction) |",
            "|---|---|" + "---|" * len(METRICS) + "---|"]
-    order = [(fmt, label) for fmt in FORMATS for label in ("gate+up", "down", "in_proj", "qkv", "o_proj")]
-    n = 0
+    labels = ("gate+up", "down", "in_proj", "qkv", "o_proj")  # the driver's shape order within a format
+    seen = dict.fromkeys(FORMATS, 0)
     for r in body:
         kernel = r[col["Kernel Name"]] if "Kernel Name" in col else ""
         if not any(k in kernel for k in GEMV_KERNELS):
@@ -90,10 +90,11 @@ def summarize(path: str) -> str:
             vals[0] = _scaled_time(vals[0], rows[1][col["gpu__time_duration.sum"]])
         stalls = sorted(((mt.group(1), _float(r[i])) for name, i in col.items() if (mt := STALL.match(name))
                          and _float(r[i]) is not None), key=lambda t: -t[1])
-        tag = " / ".join(order[n]) if n < len(order) else ""
+        fmt = next(f for f, kname in zip(FORMATS, GEMV_KERNELS) if kname in kernel)  # the format of this launch
+        tag = f"{fmt} / {labels[seen[fmt]]}" if seen[fmt] < len(labels) else fmt
+        seen[fmt] += 1
         out.append(f"| {tag} | {kernel.split('(')[0][:26]} | " + " | ".join(vals) + " | "
                    + ", ".join(f"{m} {v:.2f}" for m, v in stalls[:4]) + " |")
-        n += 1
     return "\n".join(out)
 
 
@@ -119,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--summarize", metavar="CSV", help="print the markdown summary of an ncu --csv run and exit")
     ap.add_argument("--formats", default=",".join(FORMATS),
-                    help="driver: the formats to profile, in this order (int4g128 first: --summarize labels the rows "
-                         "in FORMATS order)")
+                    help="driver: the formats to profile (comma-separated subset of int4g128,fp8,bf16; run in that "
+                         "order, each at the five 27B shapes)")
     args = ap.parse_args(argv)
     if args.summarize:
         print(summarize(args.summarize))
