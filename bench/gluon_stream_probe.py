@@ -18,6 +18,9 @@ pipeline could at best reach. Kernels (one program per BR-row block and K split,
 * `pipe`: one partition, the copies issued S - 1 tiles ahead of the consumer (tutorial-style software pipeline).
 Beside them, in the same process: the hmma GEMV (the int4 default) on the same shape, torch's copy of the same bytes
 and the 2 GiB copy ceiling. Graph replays, weights rotated past L2 (bench/kernels.py's `time_calls`).
+`--targets` streams the byte counts of the other rows whose #5 target is unmet (fp8 GEMVs, bf16 o_proj, decode
+attention's KV at B1) beside each row's default kernel, and runs a first fp8 dot consumer on the ring
+(`_fp8_dot_pipe_kernel`). Results: KNOWLEDGE/findings/gluon-tma-ring-streams-gemv-bytes-h200.md.
 
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT          # H200, ~1 min
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --offline           # CPU: compile for sm_90, SASS counts
