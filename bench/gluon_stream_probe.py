@@ -50,6 +50,26 @@ SHAPES = (("gate+up", 34816, 5120), ("down", 5120, 17408), ("in_proj", 16384, 51
 
 
 @gluon.jit
+def _ring_copy(w_desc, bufs, ready, row0, tile0, j, n_tiles, BW: gl.constexpr):
+    """TMA copy of tile j of the program's run (columns (tile0 + j) BW on) into stage j % S, completing on that
+    stage's `ready` barrier; nothing past n_tiles."""
+    S: gl.constexpr = bufs.type.shape[0]
+    mbarrier.expect(ready.index(j % S), w_desc.block_type.nbytes, pred=j < n_tiles)
+    tma.async_copy_global_to_shared(w_desc, [row0, (tile0 + j) * BW], ready.index(j % S), bufs.index(j % S),
+                                    pred=j < n_tiles)
+
+
+@gluon.jit
+def _ring_start(w_desc, bufs, ready, row0, tile0, n_tiles, BW: gl.constexpr):
+    """The one-partition ring: its `ready` barriers initialised and the first S - 1 copies issued."""
+    S: gl.constexpr = bufs.type.shape[0]
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):
+        _ring_copy(w_desc, bufs, ready, row0, tile0, i, n_tiles, BW)
+
+
+@gluon.jit
 def _loader(w_desc, bufs, ready, empty, row0, tile0, n_tiles, BKW: gl.constexpr):
     S: gl.constexpr = bufs.type.shape[0]
     for i in range(n_tiles):
@@ -104,18 +124,10 @@ def _stream_pipe_kernel(w_desc, out_ptr, R, TILES, TPP, BR: gl.constexpr, BKW: g
     n_tiles = gl.minimum(TILES - tile0, TPP)
     bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(S):
-        mbarrier.init(ready.index(i), count=1)
-    for i in gl.static_range(S - 1):  # the first S - 1 copies
-        mbarrier.expect(ready.index(i), w_desc.block_type.nbytes, pred=i < n_tiles)
-        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + i) * BKW], ready.index(i), bufs.index(i),
-                                        pred=i < n_tiles)
+    _ring_start(w_desc, bufs, ready, pid * BR, tile0, n_tiles, BKW)
     acc = gl.zeros([BR, BKW], gl.int32, layout)
     for i in range(n_tiles):
-        j = i + S - 1  # refill the stage consumed one iteration ago
-        mbarrier.expect(ready.index(j % S), w_desc.block_type.nbytes, pred=j < n_tiles)
-        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + j) * BKW], ready.index(j % S),
-                                        bufs.index(j % S), pred=j < n_tiles)
+        _ring_copy(w_desc, bufs, ready, pid * BR, tile0, i + S - 1, n_tiles, BKW)  # refills the stage read last
         mbarrier.wait(ready.index(i % S), (i // S) & 1)
         acc += bufs.index(i % S).load(layout)
         fence_async_shared()
@@ -136,19 +148,11 @@ def _fp8_dot_pipe_kernel(w_desc, x_ptr, out_ptr, R, K, TILES, TPP, BR: gl.conste
     n_tiles = gl.minimum(TILES - tile0, TPP)
     bufs = gl.allocate_shared_memory(gl.float8e4nv, [S, BR, BK], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(S):
-        mbarrier.init(ready.index(i), count=1)
-    for i in gl.static_range(S - 1):
-        mbarrier.expect(ready.index(i), w_desc.block_type.nbytes, pred=i < n_tiles)
-        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + i) * BK], ready.index(i), bufs.index(i),
-                                        pred=i < n_tiles)
+    _ring_start(w_desc, bufs, ready, pid * BR, tile0, n_tiles, BK)
     kk = gl.arange(0, BK, layout=gl.SliceLayout(0, layout))
     acc = gl.zeros([BR], gl.float32, gl.SliceLayout(1, layout))
     for i in range(n_tiles):
-        j = i + S - 1
-        mbarrier.expect(ready.index(j % S), w_desc.block_type.nbytes, pred=j < n_tiles)
-        tma.async_copy_global_to_shared(w_desc, [pid * BR, (tile0 + j) * BK], ready.index(j % S), bufs.index(j % S),
-                                        pred=j < n_tiles)
+        _ring_copy(w_desc, bufs, ready, pid * BR, tile0, i + S - 1, n_tiles, BK)
         k0 = (tile0 + i) * BK
         xv = gl.load(x_ptr + k0 + kk, mask=k0 + kk < K, other=0.0).to(gl.float32)
         mbarrier.wait(ready.index(i % S), (i // S) & 1)
@@ -159,32 +163,36 @@ def _fp8_dot_pipe_kernel(w_desc, x_ptr, out_ptr, R, K, TILES, TPP, BR: gl.conste
     gl.store(out_ptr + pid_k * R + rows, acc, mask=rows < R)
 
 
+def _splits(cols: int, block: int, split: int) -> tuple[int, int, int]:
+    """(tiles of `block` columns, tiles per program, programs along K) for about `split` programs along K."""
+    tiles = triton.cdiv(cols, block)
+    tpp = triton.cdiv(tiles, split)
+    return tiles, tpp, triton.cdiv(tiles, tpp)
+
+
 def launch_fp8_dot(w, x, out, br: int, bk: int, stages: int, split: int, num_warps: int = 4):
     """out [split, R] fp32 <- per-row partial dots of e4m3 w [R, K] with bf16 x [K] over each split's tiles."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     r, k = w.shape
-    tiles = triton.cdiv(k, bk)
-    tpp = triton.cdiv(tiles, split)
+    tiles, tpp, n_k = _splits(k, bk, split)
     desc = TensorDescriptor.from_tensor(w, [br, bk], gl.NVMMASharedLayout.get_default_for([br, bk], gl.float8e4nv))
-    return _fp8_dot_pipe_kernel[(triton.cdiv(r, br), triton.cdiv(tiles, tpp))](desc, x, out, r, k, tiles, tpp, BR=br,
-                                                                                 BK=bk, S=stages,
-                                                                                 num_warps=num_warps)
+    return _fp8_dot_pipe_kernel[(triton.cdiv(r, br), n_k)](desc, x, out, r, k, tiles, tpp, BR=br, BK=bk, S=stages,
+                                                           num_warps=num_warps)
 
 
 def launch(kind: str, w, out, br: int, bkw: int, stages: int, split: int, num_warps: int = 4, maxnreg: int = 64):
     """out [split, R] int32 <- per-row sums of w [R, KW] int32 over each split's tiles (wrapping int32 adds)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     r, kw = w.shape
-    tiles = triton.cdiv(kw, bkw)
-    tpp = triton.cdiv(tiles, split)
+    tiles, tpp, n_k = _splits(kw, bkw, split)
     layout = gl.NVMMASharedLayout.get_default_for([br, bkw], gl.int32)
     desc = TensorDescriptor.from_tensor(w, [br, bkw], layout)
     kern = _stream_ws_kernel if kind == "ws" else _stream_pipe_kernel
     # warp-specialized kernels assume maxnreg 256 unless told (the loader partition gets 24, the rest share the
     # remainder): cap it so several programs fit per SM
     extra = {"maxnreg": maxnreg} if kind == "ws" else {}
-    return kern[(triton.cdiv(r, br), triton.cdiv(tiles, tpp))](desc, out, r, tiles, tpp, BR=br, BKW=bkw, S=stages,
-                                                                num_warps=num_warps, **extra)
+    return kern[(triton.cdiv(r, br), n_k)](desc, out, r, tiles, tpp, BR=br, BKW=bkw, S=stages, num_warps=num_warps,
+                                           **extra)
 
 
 def offline() -> int:
@@ -216,22 +224,41 @@ def offline() -> int:
     return 0
 
 
-def measure(out_dir: str, reps: int) -> int:
-    os.environ.setdefault("MODELD_PDL", "0")  # as bench/kernels.py: the hmma GEMV timed in isolation
+def _gpu_setup(reps: int):
+    """(bench.kernels, a seeded CUDA generator, this call's copy ceiling in TB/s). The default kernels beside the ring
+    are timed in isolation, MODELD_PDL=0 unless set, as in bench/kernels.py."""
+    os.environ.setdefault("MODELD_PDL", "0")
     import torch
 
     from bench import kernels as K
 
-    dev = "cuda"
-    gen = torch.Generator(device=dev)
+    gen = torch.Generator(device="cuda")
     gen.manual_seed(20261130)
     K.ceilings(reps)
-    ceiling = K.CEIL.get("copy_TBps")
+    return K, gen, K.CEIL.get("copy_TBps")
+
+
+def _n_sets(nbytes: int) -> int:
+    """Weight sets to rotate through so each timed call reads past the 50 MB L2."""
+    return max(2, -(-160 * 2**20 // nbytes))
+
+
+def _write(out_dir: str, name: str, ceiling, rows) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name), "w") as f:
+        json.dump({"commit": os.environ.get("MODELD_COMMIT"), "ceiling": ceiling, "rows": rows}, f, indent=1)
+
+
+def measure(out_dir: str, reps: int) -> int:
+    import torch
+
+    K, gen, ceiling = _gpu_setup(reps)
+    dev = "cuda"
     rows = []
     for label, r, k in SHAPES:
         kw = k // 8
         nbytes = r * kw * 4
-        n_sets = max(2, -(-160 * 2**20 // nbytes))  # rotate past the 50 MB L2
+        n_sets = _n_sets(nbytes)
         ws = [torch.randint(-2**31, 2**31 - 1, (r, kw), device=dev, dtype=torch.int32, generator=gen)
               for _ in range(n_sets)]
         want = ws[0].long().sum(dim=1)
@@ -243,7 +270,6 @@ def measure(out_dir: str, reps: int) -> int:
                "copy_TBps": 2 * nbytes / t_copy / 1e9, "read_us": t_read * 1e3, "read_TBps": nbytes / t_read / 1e9}
         # the hmma GEMV (default int4 M = 1 path) on the same weights' shape, its own random weights
         sw = label == "gate+up"
-        n = r // 2 if sw else r
         wq, _ = K._make_weights("int4g128", r, k, gen)
         fn = K._linear_fn("int4g128", sw)
         x = torch.randn(1, k, device=dev, generator=gen).bfloat16()
@@ -253,9 +279,7 @@ def measure(out_dir: str, reps: int) -> int:
             for br, bkw, stages, split in ((64, 32, 4, 1), (64, 32, 8, 1), (64, 32, 4, 3), (64, 32, 8, 4),
                                            (64, 32, 4, 8), (128, 32, 4, 1), (64, 64, 4, 1)):
                 tag = f"{kind} BR{br} BKW{bkw} S{stages} k{split}"
-                tiles = -(-kw // bkw)
-                split_eff = -(-tiles // -(-tiles // split))
-                outs = [torch.empty(split_eff, r, device=dev, dtype=torch.int32) for _ in range(n_sets)]
+                outs = [torch.empty(_splits(kw, bkw, split)[2], r, device=dev, dtype=torch.int32) for _ in range(n_sets)]
                 try:
                     launch(kind, ws[0], outs[0], br, bkw, stages, split)
                     torch.cuda.synchronize()
@@ -271,9 +295,7 @@ def measure(out_dir: str, reps: int) -> int:
         rows.append(row)
         del ws, copies, wqs
         torch.cuda.empty_cache()
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "gluon_stream_probe.json"), "w") as f:
-        json.dump({"commit": os.environ.get("MODELD_COMMIT"), "ceiling": ceiling, "rows": rows}, f, indent=1)
+    _write(out_dir, "gluon_stream_probe.json", ceiling, rows)
     return 0
 
 
@@ -289,20 +311,14 @@ RING_CONFIGS = (("pipe", 64, 64, 4, 1), ("pipe", 64, 32, 4, 3), ("pipe", 64, 32,
 
 def measure_targets(out_dir: str, reps: int) -> int:
     """For each unmet-target row: the default kernel (if any) and the ring streaming the same bytes, same call."""
-    os.environ.setdefault("MODELD_PDL", "0")
     import torch
 
-    from bench import kernels as K
-
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(20261130)
-    K.ceilings(reps)
-    ceiling = K.CEIL.get("copy_TBps")
+    K, gen, ceiling = _gpu_setup(reps)
     rows = []
     for label, fmt, r, k, sw in TARGETS:
         kw = {"fp8": k // 4, "bf16": k // 2, None: k // 4}[fmt]
         nbytes = r * kw * 4
-        n_sets = max(2, -(-160 * 2**20 // nbytes))
+        n_sets = _n_sets(nbytes)
         row = {"shape": label, "rows": r, "words": kw, "MB": nbytes / 1e6, "copy_ceiling_TBps": ceiling}
         if fmt is not None:
             wts = [K._make_weights(fmt, r, k, gen)[0] for _ in range(n_sets)]
@@ -314,9 +330,7 @@ def measure_targets(out_dir: str, reps: int) -> int:
         ws = [torch.randint(-2**31, 2**31 - 1, (r, kw), device="cuda", dtype=torch.int32, generator=gen)
               for _ in range(n_sets)]
         for kind, br, bkw, stages, split in RING_CONFIGS:
-            tiles = -(-kw // bkw)
-            split_eff = -(-tiles // -(-tiles // split))
-            outs = [torch.empty(split_eff, r, device="cuda", dtype=torch.int32) for _ in range(n_sets)]
+            outs = [torch.empty(_splits(kw, bkw, split)[2], r, device="cuda", dtype=torch.int32) for _ in range(n_sets)]
             t = K.time_calls(lambda i: launch(kind, ws[i], outs[i], br, bkw, stages, split), n_sets, reps)[0]
             row[f"{kind} BR{br} BKW{bkw} S{stages} k{split}"] = {"us": t * 1e3, "TBps": nbytes / t / 1e9,
                                                               "of_copy": nbytes / t / 1e9 / ceiling}
@@ -325,9 +339,7 @@ def measure_targets(out_dir: str, reps: int) -> int:
             xb = torch.randn(k, device="cuda", generator=gen).bfloat16()
             want = w8[0].float() @ xb.float()
             for br, bk, stages, split in ((64, 128, 4, 1), (64, 128, 4, 3), (64, 256, 3, 1), (128, 128, 4, 1)):
-                tiles = -(-k // bk)
-                split_eff = -(-tiles // -(-tiles // split))
-                o8 = [torch.empty(split_eff, r, device="cuda", dtype=torch.float32) for _ in range(n_sets)]
+                o8 = [torch.empty(_splits(k, bk, split)[2], r, device="cuda", dtype=torch.float32) for _ in range(n_sets)]
                 launch_fp8_dot(w8[0], xb, o8[0], br, bk, stages, split)
                 torch.cuda.synchronize()
                 err = ((o8[0].sum(dim=0) - want).abs().max() / want.abs().max()).item()
@@ -344,9 +356,7 @@ def measure_targets(out_dir: str, reps: int) -> int:
         rows.append(row)
         del ws, outs
         torch.cuda.empty_cache()
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "gluon_stream_targets.json"), "w") as f:
-        json.dump({"commit": os.environ.get("MODELD_COMMIT"), "ceiling": ceiling, "rows": rows}, f, indent=1)
+    _write(out_dir, "gluon_stream_targets.json", ceiling, rows)
     return 0
 
 
