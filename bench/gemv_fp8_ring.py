@@ -1,20 +1,30 @@
-"""fp8 M = 1 decode GEMV on a Gluon TMA ring (`kernels/linear/gemv_fp8_ring.py`) against the default (v2) fp8 GEMV,
-same call, every 27B fp8 decode shape (issue #5: GEMV >= 0.90 of copy bandwidth).
+"""Probe: can an fp8 M = 1 decode GEMV on a Gluon TMA ring beat the default v2 fp8 GEMV (issue #5: GEMV >= 0.90 of
+copy bandwidth)? Two consumers of the same ring, each beside v2 in one call, at every 27B fp8 decode shape.
 
-GPU: each shape's v2 default and a sweep of ring configs (tile rows x words, stages, split-K), p50 / p90 of graph
-replays with the weights rotated past L2 (bench/kernels.py `time_calls`), the fraction of this call's copy ceiling,
-the error against the fp32 reference and against v2. CPU (`--offline`): the ring kernel compiled for sm_90 (no GPU),
-its registers, shared memory and SASS instructions per weight in the K loop, beside v2's 3.2-3.6.
+Why: v2 (`kernels/linear/gemv.py`, `_gemv_fp8_kernel`) holds its bytes in flight in registers and sits at 0.83-0.88
+of copy; a Gluon ring that only streams the same bytes reached 0.91-1.00 at the four large shapes
+(KNOWLEDGE/findings/gluon-tma-ring-streams-gemv-bytes-h200.md). Both consumers issue the copy of tile i + S - 1
+before using tile i (a one-partition software pipeline), one `ready` mbarrier per stage.
+* `ffma`: v2's per-weight work on shared memory. Each thread reads 16 bytes (4 int32 words) of a row per row
+  repetition, turns each word's 4 e4m3 into fp32 with v2's inline PTX (cvt.rn.f16x2.e4m3x2 + cvt.f32.f16), FMAs them
+  with x (one int64 = a word's 4 bf16, split by shift / mask) into a per-thread accumulator; one reduction after the K
+  loop. SwiGLU: a gate and an up tile per stage. Unswizzled tiles (8 threads read one 128-byte row line).
+* `mma`: mma.sync m16n8k16 f16 (Gluon `mma_v2`): weights are the A operand (e4m3 -> f16 is exact), x the B operand
+  [K, 8] with column 0 = hi = f16(x / 256) and column 1 = lo = f16((x / 256 - hi) 4096): y = 256 (C0 + C1 / 4096),
+  exact for bf16 x with 2^-21 <= |x| < 2^24. B is built once per program in shared memory for its K range (XMODE 0);
+  XMODE 1 skips that (a timing diagnostic: wrong results), XMODE 2 builds column 0 per tile from global x. Plain rows
+  only (gate+up as its 2N rows); split-K partials [split, 2N] are finished by `gemv_split._gemv_finish_kernel`.
+  Tiles are 128-byte swizzled (`--unswizzled`: none, which costs ldmatrix 8-way bank conflicts at 256-byte rows).
 
-    PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --out $OUT           # H200, ~2 min
-    PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --offline            # CPU, ~20 s
-Results: KNOWLEDGE (the entry that names this file).
+    PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --offline              # CPU, ~20 s: registers, SASS per weight
+    PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --out $OUT --kind ffma # H200, ~1 min each
+    PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --out $OUT --kind mma
+Results: KNOWLEDGE/dead-ends/gemv-fp8-gluon-ring-consumers.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -23,65 +33,216 @@ import sys
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
 
-from modeld.kernels.linear.gemv_fp8_ring import RingGemvConfig  # noqa: E402
+import triton  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
 
 # (label, output N, K, swiglu) of the 27B fp8 decode GEMVs (bench/kernels.py LINEAR_SHAPES)
 SHAPES = (("gate+up", 17408, 5120, True), ("down", 5120, 17408, False), ("in_proj", 16384, 5120, False),
           ("qkv", 14336, 5120, False), ("o_proj", 5120, 6144, False))
-# ring configs per kind of shape: (block_rows, block_words, stages, split_k[, num_warps])
-WIDE = ((64, 64, 4, 1), (64, 32, 4, 1), (128, 32, 4, 1), (64, 64, 3, 1), (64, 32, 8, 1), (64, 64, 4, 2),
-        (32, 64, 4, 1), (128, 64, 2, 1), (128, 32, 4, 1, 8))
-NARROW = ((64, 32, 4, 3), (64, 64, 4, 2), (64, 32, 4, 4), (32, 64, 4, 2), (64, 64, 4, 4), (32, 32, 4, 4),
-          (64, 32, 8, 2), (32, 64, 4, 4))
-SWIGLU = ((64, 32, 4, 1), (32, 64, 4, 1), (64, 32, 3, 1), (64, 64, 2, 1), (128, 32, 2, 1), (64, 32, 4, 2),
-          (32, 32, 4, 1), (64, 16, 8, 1))
+# ffma configs (block rows, block int32 words, stages, split_k), the session-15 sweep
+FFMA_WIDE = ((64, 64, 4, 1), (64, 32, 4, 1), (128, 32, 4, 1), (64, 64, 3, 1), (64, 32, 8, 1), (64, 64, 4, 2),
+             (32, 64, 4, 1), (128, 64, 2, 1))
+FFMA_NARROW = ((64, 32, 4, 3), (64, 64, 4, 2), (64, 32, 4, 4), (32, 64, 4, 2), (64, 64, 4, 4), (32, 32, 4, 4),
+               (64, 32, 8, 2), (32, 64, 4, 4))
+FFMA_SWIGLU = ((64, 32, 4, 1), (32, 64, 4, 1), (64, 32, 3, 1), (64, 64, 2, 1), (128, 32, 2, 1), (64, 32, 4, 2),
+               (32, 32, 4, 1))
+# mma configs (block rows, block bytes, stages, split_k); stages stay powers of two (a 3-stage swizzled ring trips
+# a LinearLayout assertion in triton 3.6's compiler)
+MMA = {"gate+up": ((64, 128, 4, 2), (128, 128, 4, 4), (256, 128, 2, 4)), "down": ((256, 128, 2, 8), (128, 64, 4, 8)),
+       "in_proj": ((256, 128, 2, 4), (128, 128, 4, 2), (128, 128, 4, 4)), "qkv": ((256, 128, 2, 4), (128, 128, 4, 4)),
+       "o_proj": ((128, 128, 4, 6), (64, 128, 4, 4))}
 
 
-def configs(n: int, swiglu: bool) -> list[RingGemvConfig]:
-    table = SWIGLU if swiglu else (NARROW if n <= 6144 else WIDE)
-    return [RingGemvConfig(*c) for c in table]
+@gluon.jit
+def _fp8_word_to_f32(w):
+    """int32 words of 4 e4m3 -> 4 fp32 planes, exact (the inline PTX of gemv._fp8_word_to_f32)."""
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 l, h, a0, a1, b0, b1;
+        .reg .b32 a, b;
+        mov.b32 {l, h}, $4;
+        cvt.rn.f16x2.e4m3x2 a, l;
+        cvt.rn.f16x2.e4m3x2 b, h;
+        mov.b32 {a0, a1}, a;
+        mov.b32 {b0, b1}, b;
+        cvt.f32.f16 $0, a0;
+        cvt.f32.f16 $1, a1;
+        cvt.f32.f16 $2, b0;
+        cvt.f32.f16 $3, b1;
+        }""",
+        constraints="=r,=r,=r,=r,r", args=[w], dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+        is_pure=True, pack=1)
 
 
-def offline_counts(cfg: RingGemvConfig, swiglu: bool, split: int = 1, pdl: int = 1) -> dict:
-    """Compile the ring kernel for sm_90 on this machine: registers, spills, shared memory, and the K loop's SASS
-    (instructions per weight of one thread, and the ops by count)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
+@gluon.jit
+def _issue(desc, bufs, bufs_u, ready, row, row_u, tile0, j, n_tiles, TWO: gl.constexpr):
+    """TMA copies of tile j of the program's run into stage j % S (TWO: also the up rows into bufs_u), completing on
+    that stage's `ready` barrier; nothing for j >= n_tiles."""
+    S: gl.constexpr = bufs.type.shape[0]
+    BK: gl.constexpr = bufs.type.shape[2]
+    s = j % S
+    ok = j < n_tiles
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes * (2 if TWO else 1), pred=ok)
+    tma.async_copy_global_to_shared(desc, [row, (tile0 + j) * BK], ready.index(s), bufs.index(s), pred=ok)
+    if TWO:
+        tma.async_copy_global_to_shared(desc, [row_u, (tile0 + j) * BK], ready.index(s), bufs_u.index(s), pred=ok)
 
-    from modeld.kernels.linear import gemv_fp8_ring as R
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    desc = f"tensordesc<i32[{cfg.block_rows}, {cfg.block_words}],{layout!r}>"
-    sig = {"wg_desc": desc, "wu_desc": desc, "x_ptr": "*i64", "ws_ptr": "*fp32", "y_ptr": "*bf16",
-           "part_ptr": "*fp32", "N": "i32", "TILES": "i32", "TPP": "i32", "up_offset": "i32", "SWIGLU": "constexpr",
-           "SPLIT": "constexpr", "PDL": "constexpr", "S": "constexpr", "num_warps": "constexpr"}
-    src = GluonASTSource(R._gemv_fp8_ring_kernel, sig, constexprs={
-        "SWIGLU": swiglu, "SPLIT": split, "PDL": pdl, "S": cfg.stages, "num_warps": cfg.num_warps})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
-    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    path = f"/tmp/gemv_fp8_ring_{os.getpid()}.ptx"
-    with open(path, "w") as f:
-        f.write(k.asm["ptx"])
-    r = subprocess.run([os.path.join(bindir, "ptxas"), "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
-                       capture_output=True, text=True, timeout=300)
-    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", path + ".o"], capture_output=True, text=True,
-                          timeout=300).stdout
-    body = k_loop(sass)
-    ops: dict[str, int] = {}
-    for ins in body:
-        op = ins.split()[1] if ins.startswith("@") else ins.split()[0]
-        ops[op.split(".")[0]] = ops.get(op.split(".")[0], 0) + 1
-    weights = cfg.block_rows * cfg.block_words * 4 * (2 if swiglu else 1) / (32 * cfg.num_warps)
-    regs = re.search(r"Used (\d+) registers", r.stderr)
-    return {"regs": int(regs.group(1)) if regs else None, "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill",
-            r.stderr))), "smem": k.metadata.shared, "loop_instr": len(body), "weights_per_thread": weights,
-            "instr_per_weight": len(body) / weights, "ops": dict(sorted(ops.items(), key=lambda t: -t[1]))}
+
+@gluon.jit
+def _dot_words(acc, w, x0, x1, x2, x3):
+    w0, w1, w2, w3 = _fp8_word_to_f32(w)
+    return gl.fma(w0, x0, gl.fma(w1, x1, gl.fma(w2, x2, gl.fma(w3, x3, acc))))
+
+
+@gluon.jit
+def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, N, TILES, TPP, SWIGLU: gl.constexpr, SPLIT: gl.constexpr,
+                      S: gl.constexpr, num_warps: gl.constexpr):
+    # desc: the weight as int32 words [rows, K / 4]; x_ptr: x as int64 (word j's 4 bf16). Program (pid, pid_k): rows
+    # [pid BR, + BR) (SWIGLU: and N + those), tiles [pid_k TPP, + TPP).
+    BR: gl.constexpr = desc.block_type.shape[0]
+    BKW: gl.constexpr = desc.block_type.shape[1]
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
+    tile0 = gl.program_id(1) * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    row = gl.program_id(0) * BR
+    bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], desc.layout)
+    bufs_u = gl.allocate_shared_memory(gl.int32, [S if SWIGLU else 1, BR, BKW], desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):
+        _issue(desc, bufs, bufs_u, ready, row, N + row, tile0, i, n_tiles, SWIGLU)
+    cols = gl.arange(0, BKW, layout=gl.SliceLayout(0, layout))
+    acc_g = gl.zeros([BR, BKW], gl.float32, layout)
+    acc_u = gl.zeros([BR, BKW], gl.float32, layout)
+    for i in range(n_tiles):
+        _issue(desc, bufs, bufs_u, ready, row, N + row, tile0, i + S - 1, n_tiles, SWIGLU)
+        xq = gl.load(x_ptr + (tile0 + i) * BKW + cols)
+        lo = xq.to(gl.int32)
+        hi = (xq >> 32).to(gl.int32)
+        x0 = gl.expand_dims((lo << 16).to(gl.float32, bitcast=True), 0)
+        x1 = gl.expand_dims((lo & -65536).to(gl.float32, bitcast=True), 0)
+        x2 = gl.expand_dims((hi << 16).to(gl.float32, bitcast=True), 0)
+        x3 = gl.expand_dims((hi & -65536).to(gl.float32, bitcast=True), 0)
+        mbarrier.wait(ready.index(i % S), (i // S) & 1)
+        acc_g = _dot_words(acc_g, bufs.index(i % S).load(layout), x0, x1, x2, x3)
+        if SWIGLU:
+            acc_u = _dot_words(acc_u, bufs_u.index(i % S).load(layout), x0, x1, x2, x3)
+        fence_async_shared()
+    rows = row + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
+    rmask = rows < N
+    g = gl.sum(acc_g, axis=1) * gl.load(ws_ptr + rows, mask=rmask, other=0.0)
+    u = gl.sum(acc_u, axis=1) * gl.load(ws_ptr + N + rows, mask=rmask & SWIGLU, other=0.0)
+    if SPLIT == 1:
+        out = g / (1.0 + gl.exp(-g)) * u if SWIGLU else g
+        gl.store(y_ptr + rows, out.to(y_ptr.dtype.element_ty), mask=rmask)
+    else:
+        gl.store(part_ptr + gl.program_id(1) * 2 * N + rows, g, mask=rmask)
+        gl.store(part_ptr + gl.program_id(1) * 2 * N + N + rows, u, mask=rmask & SWIGLU)
+
+
+@gluon.jit
+def _mma_ring_kernel(desc, x_ptr, ws_ptr, part_ptr, N, TILES, TPP: gl.constexpr, S: gl.constexpr, XMODE: gl.constexpr,
+                     num_warps: gl.constexpr):
+    # desc: e4m3 weight [N, K]; part: fp32 [split, 2N], the program's sum at part[pid_k, row].
+    BR: gl.constexpr = desc.block_type.shape[0]
+    BK: gl.constexpr = desc.block_type.shape[1]
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
+    a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)  # 4 consecutive bytes: ldmatrix
+    b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
+    xl: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [num_warps, 1], [1, 0])
+    tile0 = gl.program_id(1) * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    row = gl.program_id(0) * BR
+    bufs = gl.allocate_shared_memory(desc.dtype, [S, BR, BK], desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    xs = gl.allocate_shared_memory(gl.float16, [TPP, BK, 8], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):
+        _issue(desc, bufs, bufs, ready, row, row, tile0, i, n_tiles, False)
+    kx = gl.arange(0, BK, layout=gl.SliceLayout(1, xl))
+    nx = gl.expand_dims(gl.arange(0, 8, layout=gl.SliceLayout(0, xl)), 0)
+    for c in gl.static_range(TPP if XMODE == 0 else 0):  # B for the program's K range; unrolled: loads in flight
+        xv = gl.load(x_ptr + (tile0 + c) * BK + kx, mask=(kx < BK) & (c < n_tiles), other=0.0).to(gl.float32)
+        xv = xv * 0.00390625  # x / 256, exact (no fp32 divide)
+        hi = xv.to(gl.float16)
+        lo = ((xv - hi.to(gl.float32)) * 4096.0).to(gl.float16)
+        t = gl.where(nx == 0, gl.expand_dims(hi, 1), gl.where(nx == 1, gl.expand_dims(lo, 1), 0.0))
+        xs.index(c).store(t.to(gl.float16))
+    gl.thread_barrier()
+    kb = gl.arange(0, BK, layout=gl.SliceLayout(1, b_l))
+    col0 = gl.expand_dims(gl.arange(0, 8, layout=gl.SliceLayout(0, b_l)) == 0, 0)
+    acc = gl.zeros([BR, 8], gl.float32, mma)
+    for i in range(n_tiles):
+        _issue(desc, bufs, bufs, ready, row, row, tile0, i + S - 1, n_tiles, False)
+        if XMODE == 2:
+            xg = gl.load(x_ptr + (tile0 + i) * BK + kb).to(gl.float32) * 0.00390625
+            b = gl.where(col0, gl.expand_dims(xg.to(gl.float16), 1), 0.0).to(gl.float16)
+        else:
+            b = xs.index(i).load(b_l)
+        mbarrier.wait(ready.index(i % S), (i // S) & 1)
+        a = bufs.index(i % S).load(a_l).to(gl.float16)
+        fence_async_shared()
+        acc = mma_v2(a, b, acc)
+    rows = row + gl.arange(0, BR, layout=gl.SliceLayout(1, mma))
+    cols = gl.expand_dims(gl.arange(0, 8, layout=gl.SliceLayout(0, mma)), 0)
+    y = gl.sum(acc * gl.where(cols == 0, 256.0, gl.where(cols == 1, 1.0 / 16.0, 0.0)), axis=1)
+    gl.store(part_ptr + gl.program_id(1) * 2 * N + rows, y * gl.load(ws_ptr + rows, mask=rows < N, other=0.0),
+             mask=rows < N)
+
+
+def _shared_layout(kind: str, block: list[int], swizzled: bool):
+    if kind == "ffma" or not swizzled:
+        return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32 if kind == "ffma" else 8, rank=2)
+    return gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)
+
+
+def _split(tiles: int, split: int) -> tuple[int, int]:
+    """(tiles per program, programs along K) for about `split` programs along K."""
+    tpp = triton.cdiv(tiles, split)
+    return tpp, triton.cdiv(tiles, tpp)
+
+
+def launch_ffma(x, w, ws, y, part, swiglu: bool, cfg: tuple):
+    """y [1, N] (split 1) or part [split, 2N] <- the ffma ring over e4m3 w [N or 2N, K] with bf16 x [1, K]."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    br, bkw, stages, split = cfg
+    tiles = x.shape[1] // (4 * bkw)
+    tpp, n_k = _split(tiles, split)
+    desc = TensorDescriptor.from_tensor(w.view(torch_int32()), [br, bkw], _shared_layout("ffma", [br, bkw], False))
+    _ffma_ring_kernel[(triton.cdiv(y.shape[1], br), n_k)](desc, x.view(torch_int64()), ws, y, part, y.shape[1], tiles,
+                                                          tpp, SWIGLU=swiglu, SPLIT=n_k, S=stages, num_warps=4)
+
+
+def launch_mma(x, w, ws, part, cfg: tuple, xmode: int = 0, swizzled: bool = True):
+    """part [split, 2N] fp32 <- the mma ring's per-split sums over e4m3 w [N, K] with bf16 x [1, K]."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    br, bk, stages, split = cfg
+    tiles = x.shape[1] // bk
+    tpp, n_k = _split(tiles, split)
+    desc = TensorDescriptor.from_tensor(w, [br, bk], _shared_layout("mma", [br, bk], swizzled))
+    _mma_ring_kernel[(triton.cdiv(w.shape[0], br), n_k)](desc, x, ws, part, w.shape[0], tiles, TPP=tpp, S=stages,
+                                                         XMODE=xmode, num_warps=4)
+    return n_k
+
+
+def torch_int32():
+    import torch
+    return torch.int32
+
+
+def torch_int64():
+    import torch
+    return torch.int64
 
 
 def k_loop(sass: str) -> list[str]:
-    """The longest loop closed by a conditional backward branch (cuobjdump prints addresses, not labels): the K
-    loop. (An unconditional backward branch is the out-of-line mbarrier retry jumping back in.)"""
+    """The longest loop closed by a conditional backward branch (cuobjdump prints addresses, not labels): the K loop.
+    An unconditional backward branch is the out-of-line mbarrier retry jumping back in."""
     ins = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
@@ -96,20 +257,61 @@ def k_loop(sass: str) -> list[str]:
     return best
 
 
+def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20) -> dict:
+    """Compile one kernel for sm_90 on this machine (no GPU): registers, spills, shared memory and the K loop's SASS
+    per weight of one thread."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    br, bk, stages, split = cfg
+    layout = _shared_layout(kind, [br, bk], True)
+    if kind == "ffma":
+        sig = {"desc": f"tensordesc<i32[{br}, {bk}],{layout!r}>", "x_ptr": "*i64", "ws_ptr": "*fp32", "y_ptr": "*bf16",
+               "part_ptr": "*fp32", "N": "i32", "TILES": "i32", "TPP": "i32", "SWIGLU": "constexpr",
+               "SPLIT": "constexpr", "S": "constexpr", "num_warps": "constexpr"}
+        src = GluonASTSource(_ffma_ring_kernel, sig, constexprs={"SWIGLU": swiglu, "SPLIT": split, "S": stages,
+                                                                 "num_warps": 4})
+        weights = br * bk * 4 * (2 if swiglu else 1) / 128
+    else:
+        sig = {"desc": f"tensordesc<fp8e4nv[{br}, {bk}],{layout!r}>", "x_ptr": "*bf16", "ws_ptr": "*fp32",
+               "part_ptr": "*fp32", "N": "i32", "TILES": "i32", "TPP": "constexpr", "S": "constexpr",
+               "XMODE": "constexpr", "num_warps": "constexpr"}
+        src = GluonASTSource(_mma_ring_kernel, sig, constexprs={"TPP": tpp, "S": stages, "XMODE": 0, "num_warps": 4})
+        weights = br * bk / 128
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    path = f"/tmp/gemv_fp8_ring_{kind}_{os.getpid()}.ptx"
+    with open(path, "w") as f:
+        f.write(k.asm["ptx"])
+    r = subprocess.run([os.path.join(bindir, "ptxas"), "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
+                       capture_output=True, text=True, timeout=300)
+    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", path + ".o"], capture_output=True, text=True,
+                          timeout=300).stdout
+    body = k_loop(sass)
+    ops: dict[str, int] = {}
+    for ins in body:
+        op = (ins.split()[1] if ins.startswith("@") else ins.split()[0]).split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+    regs = re.search(r"Used (\d+) registers", r.stderr)
+    return {"regs": int(regs.group(1)) if regs else None, "smem": k.metadata.shared, "loop_instr": len(body),
+            "weights_per_thread": weights, "instr_per_weight": len(body) / weights,
+            "ops": dict(sorted(ops.items(), key=lambda t: -t[1]))}
+
+
 def offline() -> int:
-    for label, n, k, sw in SHAPES:
-        for cfg in configs(n, sw)[:3]:
-            c = offline_counts(cfg, sw, cfg.split_k)
-            print(f"{label} {cfg}: regs {c['regs']} spill {c['spill_bytes']} smem {c['smem']} loop {c['loop_instr']} "
-                  f"instr / {c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f}", flush=True)
+    for kind, cfg, sw in (("ffma", (64, 64, 4, 1), False), ("ffma", (64, 32, 4, 1), True),
+                          ("ffma", (128, 32, 4, 1), False), ("mma", (128, 128, 4, 2), False),
+                          ("mma", (256, 128, 2, 4), False)):
+        c = offline_counts(kind, cfg, sw)
+        print(f"{kind} {cfg} swiglu {sw}: regs {c['regs']} smem {c['smem']} loop {c['loop_instr']} instr / "
+              f"{c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f} per weight {c['ops']}", flush=True)
     return 0
 
 
-def measure(out_dir: str, reps: int) -> int:
+def measure(out_dir: str, reps: int, kind: str, swizzled: bool) -> int:
     import torch
 
     from bench.gluon_stream_probe import _gpu_setup, _n_sets, _write
-    from modeld.kernels.linear import gemv_fp8_ring as R
+    from modeld.kernels.linear.gemv_split import finish_split
     K, gen, ceiling = _gpu_setup(reps)
     rows = []
     for label, n, k, sw in SHAPES:
@@ -118,48 +320,64 @@ def measure(out_dir: str, reps: int) -> int:
         n_sets = _n_sets(nbytes)
         sets = [K._make_weights("fp8", n_rows, k, gen)[0] for _ in range(n_sets)]
         x = torch.randn(1, k, device="cuda", generator=gen).bfloat16()
+        # x over 10 decades: the mma consumer's hi / lo split must keep bf16 x exact
+        x_wide = (torch.randn(1, k, device="cuda", generator=gen) * torch.logspace(-6, 4, k, device="cuda")).bfloat16()
         fn = K._linear_fn("fp8", sw)
-        ref = (x.float() @ (sets[0][0].float() * sets[0][1][:, None]).T)
-        if sw:
-            ref = torch.nn.functional.silu(ref[:, :n]) * ref[:, n:]
-        y_v2 = fn(x, *sets[0]).float()
         t = K.time_calls(lambda i: fn(x, *sets[i]), n_sets, reps)
-        row = {"shape": label, "N": n, "K": k, "swiglu": sw, "MB": nbytes / 1e6, "copy_ceiling_TBps": ceiling,
-               "v2": {"p50_us": t[0] * 1e3, "p90_us": t[1] * 1e3, "of_copy": nbytes / t[0] / 1e9 / ceiling,
-                      "rel_err": ((y_v2 - ref).abs().max() / ref.abs().max()).item()}}
+        row = {"shape": label, "rows": n_rows, "K": k, "MB": nbytes / 1e6,
+               "v2": {"p50_us": t[0] * 1e3, "p90_us": t[1] * 1e3, "of_copy": nbytes / t[0] / 1e9 / ceiling}}
         print(label, "v2", row["v2"], flush=True)
-        for cfg in configs(n, sw):
-            tag = f"ring BR{cfg.block_rows} BKW{cfg.block_words} S{cfg.stages} k{cfg.split_k} w{cfg.num_warps}"
-            try:
-                ys = [torch.empty(1, n, device="cuda", dtype=torch.bfloat16) for _ in range(n_sets)]
-                if not R.usable(x, sets[0][0], cfg):
-                    row[tag] = {"error": "not usable"}
-                    continue
-                R.launch_fp8_ring(x, sets[0][0], sets[0][1], ys[0], sw, cfg)
-                torch.cuda.synchronize()
-                got = ys[0].float()
-                t = K.time_calls(lambda i: R.launch_fp8_ring(x, sets[i][0], sets[i][1], ys[i], sw, cfg), n_sets, reps)
-                row[tag] = {"p50_us": t[0] * 1e3, "p90_us": t[1] * 1e3, "of_copy": nbytes / t[0] / 1e9 / ceiling,
-                            "of_v2_time": row["v2"]["p50_us"] / (t[0] * 1e3),
-                            "rel_err": ((got - ref).abs().max() / ref.abs().max()).item(),
-                            "vs_v2": ((got - y_v2).abs().max() / ref.abs().max()).item()}
-            except Exception as e:  # a config that does not compile or launch is a result too
-                row[tag] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        out_n = n if (kind == "ffma" and sw) else n_rows  # the mma ring runs gate+up as plain rows
+        full = (x.double() @ (sets[0][0].double() * sets[0][1].double()[:, None]).T)[0]
+        cfgs = (FFMA_SWIGLU if sw else FFMA_NARROW if n <= 6144 else FFMA_WIDE) if kind == "ffma" else MMA[label]
+        for cfg, xmode in [(c, m) for c in cfgs for m in ((0,) if kind == "ffma" else (0, 1, 2))]:
+            tag = f"{kind} {cfg} x{xmode}"
+            tiles = k // (4 * cfg[1] if kind == "ffma" else cfg[1])
+            n_k = _split(tiles, cfg[3])[1]
+            ys = [torch.empty(1, out_n, device="cuda", dtype=torch.bfloat16 if kind == "ffma" else torch.float32)
+                  for _ in range(n_sets)]
+            parts = [torch.empty(n_k, 2 * out_n, device="cuda") for _ in range(n_sets)]
+
+            def call(i, xx=x):
+                if kind == "ffma":
+                    launch_ffma(xx, sets[i][0], sets[i][1], ys[i], parts[i], sw, cfg)
+                else:  # the mma kernel always writes partials
+                    launch_mma(xx, sets[i][0], sets[i][1], parts[i], cfg, xmode, swizzled)
+                    if n_k == 1:
+                        ys[i].copy_(parts[i][:1, :out_n])
+                if n_k > 1:
+                    finish_split(parts[i], ys[i], n_k, sw and kind == "ffma", False)
+                return ys[i][0]
+
+            errs = {}
+            for name, xx in (("randn", x), ("wide", x_wide)):
+                got = call(0, xx).double()
+                want = full if name == "randn" else (
+                    xx.double() @ (sets[0][0].double() * sets[0][1].double()[:, None]).T)[0]
+                if sw and kind == "ffma":
+                    want = torch.nn.functional.silu(want[:n]) * want[n:]
+                errs[name] = ((got - want).abs().max() / want.abs().max()).item()
+            t = K.time_calls(lambda i: call(i), n_sets, reps)
+            row[tag] = {"p50_us": t[0] * 1e3, "p90_us": t[1] * 1e3, "split": n_k,
+                        "of_copy": nbytes / t[0] / 1e9 / ceiling, "v2_time_over": row["v2"]["p50_us"] / (t[0] * 1e3),
+                        "rel_err": errs}
             print(label, tag, row[tag], flush=True)
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
-    _write(out_dir, "gemv_fp8_ring.json", ceiling, rows)
+    _write(out_dir, f"gemv_fp8_ring_{kind}.json", ceiling, rows)
     return 0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=".", help="where gemv_fp8_ring.json goes (GPU run)")
+    ap.add_argument("--out", default=".", help="where gemv_fp8_ring_<kind>.json goes (GPU run)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays per timing")
+    ap.add_argument("--kind", choices=("ffma", "mma"), default="mma", help="which ring consumer to measure")
+    ap.add_argument("--unswizzled", action="store_true", help="mma: unswizzled weight tiles (ldmatrix bank conflicts)")
     ap.add_argument("--offline", action="store_true", help="CPU: compile for sm_90, SASS counts, no GPU")
     args = ap.parse_args(argv)
-    return offline() if args.offline else measure(args.out, args.reps)
+    return offline() if args.offline else measure(args.out, args.reps, args.kind, not args.unswizzled)
 
 
 if __name__ == "__main__":
