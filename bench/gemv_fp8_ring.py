@@ -19,6 +19,11 @@ before using tile i (a one-partition software pipeline), one `ready` mbarrier pe
     PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --offline              # CPU, ~20 s: registers, SASS per weight
     PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --out $OUT --kind ffma # H200, ~1 min each
     PYTHONPATH=src:. python3 bench/gemv_fp8_ring.py --out $OUT --kind mma
+    ncu --clock-control none --profile-from-start off -o $OUT/ring --section SpeedOfLight --section Occupancy \\
+        --section LaunchStats --section WarpStateStats --section SchedulerStats \\
+        python3 bench/gemv_fp8_ring.py --ncu-drive                                        # H200, ~1 min
+    ncu --import $OUT/ring.ncu-rep --page raw --csv > $OUT/ring.csv
+    python3 bench/gemv_fp8_ring.py --ncu-summary $OUT/ring.csv
 Results: KNOWLEDGE/dead-ends/gemv-fp8-gluon-ring-consumers.md.
 """
 
@@ -369,6 +374,82 @@ def measure(out_dir: str, reps: int, kind: str, swizzled: bool) -> int:
     return 0
 
 
+def ncu_drive(labels=("in_proj", "down")) -> int:
+    """Under `ncu --profile-from-start off`: one profiled launch each of v2, the bare ring (the integer-sum stream of
+    bench/gluon_stream_probe.py over the same bytes), the ffma ring and the mma ring (XMODE 0 and 1) at each shape,
+    in that order (split-K finishes included). `--ncu-summary CSV` turns the raw page into rows."""
+    os.environ.setdefault("MODELD_PDL", "0")
+    import torch
+
+    from bench import gluon_stream_probe as P
+    from bench import kernels as K
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261130)
+    calls = []
+    for label, n, k, sw in SHAPES:
+        if label not in labels or sw:
+            continue
+        (w, ws), _ = K._make_weights("fp8", n, k, gen)
+        x = torch.randn(1, k, device="cuda", generator=gen).bfloat16()
+        y = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        ffma = (32, 64, 4, 4) if n <= 6144 else (64, 64, 3, 1)
+        mma = MMA[label][0]
+        n_ff, n_mm = _split(k // (4 * ffma[1]), ffma[3])[1], _split(k // mma[1], mma[3])[1]
+        part_ff = torch.empty(n_ff, 2 * n, device="cuda")
+        part_mm = torch.empty(n_mm, 2 * n, device="cuda")
+        yf = torch.empty(1, n, device="cuda")
+        ring_out = torch.empty(P._splits(k // 4, 64, 1 if n > 6144 else 3)[2], n, device="cuda", dtype=torch.int32)
+        fn = K._linear_fn("fp8", False)
+        calls += [(f"{label} v2", lambda fn=fn, x=x, w=w, ws=ws: fn(x, w, ws)),
+                  (f"{label} bare ring", lambda w=w, o=ring_out, n=n: P.launch(
+                      "pipe", w.view(torch.int32), o, 64, 64, 4, 1 if n > 6144 else 3)),
+                  (f"{label} ffma {ffma}", lambda x=x, w=w, ws=ws, p=part_ff, c=ffma, n_k=n_ff: (
+                      launch_ffma(x, w, ws, y, p, False, c), n_k > 1 and finish_split_(p, y, n_k))),
+                  (f"{label} mma {mma} x0", lambda x=x, w=w, ws=ws, p=part_mm, c=mma, n_k=n_mm: (
+                      launch_mma(x, w, ws, p, c, 0), finish_split_(p, yf, n_k))),
+                  (f"{label} mma {mma} x1", lambda x=x, w=w, ws=ws, p=part_mm, c=mma, n_k=n_mm: (
+                      launch_mma(x, w, ws, p, c, 1), finish_split_(p, yf, n_k)))]
+    for _, call in calls:
+        call()  # compile + warm
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for name, call in calls:
+        call()
+        torch.cuda.synchronize()
+        print(f"profiled {name}", file=sys.stderr)
+    torch.cuda.profiler.stop()
+    return 0
+
+
+def finish_split_(part, y, n_k: int) -> None:
+    from modeld.kernels.linear.gemv_split import finish_split
+    finish_split(part, y, n_k, False, False)
+
+
+def ncu_summary(path: str) -> str:
+    """Markdown rows (every launch, in order) from `ncu --import REP --page raw --csv`, with bench/ncu_gemv_m1.py's
+    metrics and top warp stall reasons."""
+    import csv
+    import io
+
+    from bench.ncu_gemv_m1 import METRICS, STALL, _float, _scaled_time, _short
+    text = open(path).read()
+    rows = list(csv.reader(io.StringIO(text[text.index('"ID"'):])))
+    head, units, body = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(head)}
+    out = ["| kernel | " + " | ".join(m for m, _ in METRICS) + " | top stalls (per issued instruction) |",
+           "|---|" + "---|" * len(METRICS) + "---|"]
+    for r in body:
+        vals = [_short(r[col[m]]) if m in col else "" for _, m in METRICS]
+        if vals[0]:
+            vals[0] = _scaled_time(vals[0], units[col["gpu__time_duration.sum"]])
+        stalls = sorted(((mt.group(1), _float(r[i])) for name, i in col.items() if (mt := STALL.match(name))
+                         and _float(r[i]) is not None), key=lambda t: -t[1])
+        out.append(f"| {r[col['Kernel Name']].split('(')[0][:28]} | " + " | ".join(vals) + " | "
+                   + ", ".join(f"{m} {v:.2f}" for m, v in stalls[:5]) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".", help="where gemv_fp8_ring_<kind>.json goes (GPU run)")
@@ -376,7 +457,15 @@ def main(argv=None) -> int:
     ap.add_argument("--kind", choices=("ffma", "mma"), default="mma", help="which ring consumer to measure")
     ap.add_argument("--unswizzled", action="store_true", help="mma: unswizzled weight tiles (ldmatrix bank conflicts)")
     ap.add_argument("--offline", action="store_true", help="CPU: compile for sm_90, SASS counts, no GPU")
+    ap.add_argument("--ncu-drive", action="store_true", help="GPU, under ncu: one launch each of v2, the bare ring "
+                    "and both consumers at in_proj and down")
+    ap.add_argument("--ncu-summary", metavar="CSV", help="print the markdown rows of an ncu --page raw --csv export")
     args = ap.parse_args(argv)
+    if args.ncu_summary:
+        print(ncu_summary(args.ncu_summary))
+        return 0
+    if args.ncu_drive:
+        return ncu_drive()
     return offline() if args.offline else measure(args.out, args.reps, args.kind, not args.unswizzled)
 
 
