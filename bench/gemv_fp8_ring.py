@@ -403,11 +403,11 @@ def ncu_drive(labels=("in_proj", "down")) -> int:
         calls += [(f"{label} v2", lambda fn=fn, x=x, w=w, ws=ws: fn(x, w, ws)),
                   (f"{label} bare ring", lambda w=w, o=ring_out, n=n: P.launch(
                       "pipe", w.view(torch.int32), o, 64, 64, 4, 1 if n > 6144 else 3)),
-                  (f"{label} ffma {ffma}", lambda x=x, w=w, ws=ws, p=part_ff, c=ffma, n_k=n_ff: (
+                  (f"{label} ffma {ffma}", lambda x=x, w=w, ws=ws, y=y, p=part_ff, c=ffma, n_k=n_ff: (
                       launch_ffma(x, w, ws, y, p, False, c), n_k > 1 and finish_split_(p, y, n_k))),
-                  (f"{label} mma {mma} x0", lambda x=x, w=w, ws=ws, p=part_mm, c=mma, n_k=n_mm: (
+                  (f"{label} mma {mma} x0", lambda x=x, w=w, ws=ws, p=part_mm, yf=yf, c=mma, n_k=n_mm: (
                       launch_mma(x, w, ws, p, c, 0), finish_split_(p, yf, n_k))),
-                  (f"{label} mma {mma} x1", lambda x=x, w=w, ws=ws, p=part_mm, c=mma, n_k=n_mm: (
+                  (f"{label} mma {mma} x1", lambda x=x, w=w, ws=ws, p=part_mm, yf=yf, c=mma, n_k=n_mm: (
                       launch_mma(x, w, ws, p, c, 1), finish_split_(p, yf, n_k)))]
     for _, call in calls:
         call()  # compile + warm

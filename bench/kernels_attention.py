@@ -43,6 +43,8 @@ FUSED_DECODE_SWEEP = (  # (BN, warps, stages, waves, group[, fill])
     (64, 4, 2, 2, 8), (64, 4, 2, 4, 16), (32, 8, 3, 2, 8), (32, 4, 2, 4, 8),
     # fill: every SM gets a split program (33 splits at B = 1 instead of 32, merged 3 x 11 or 11 x 3)
     (64, 8, 3, 1, 8, True), (64, 8, 3, 1, 32, True),
+    # deeper pipelines (session 15): 4 stages of BN 64 (207 KB of shared memory) and 6 of BN 32 (173 KB)
+    (64, 8, 4, 1, 8), (32, 8, 6, 1, 8),
 )
 
 
@@ -117,7 +119,7 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
 
 def decode_section(reps, gen):
     """Decode attention: split3 (three launches) and fused (one launch) A/B at four shapes (8 rows),
-    then the fused sweep at B=1, 8k and 32k (20 rows). SDPA baseline only on the split3 rows."""
+    then the fused sweep at B=1, 8k and 32k (24 rows). SDPA baseline only on the split3 rows."""
     for bsz, length in ((1, 8191), (1, 32767), (4, 8191), (16, 4095)):
         for variant in ("split3", "fused"):
             bench_attention_decode(bsz, length, 24, 4, 256, reps, gen, variant=variant, baseline=variant == "split3")

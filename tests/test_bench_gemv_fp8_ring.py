@@ -30,3 +30,17 @@ def test_fp8_ring_consumers_compile_for_sm90():
             assert ops["FFMA"] > 0 and 2.5 < per_weight < 4.0, line
         else:
             assert ops["HMMA"] > 0 and ops["LDSM"] > 0 and 0.5 < per_weight < 1.6, line
+
+
+def test_fp8_depth3_probe_compiles_for_sm90():
+    """bench/gemv_fp8_depth3.py --offline: the triple-buffered fp8 GEMV (the dead end's register variant) compiles for
+    sm_90 without spills and loads one new tile per K-loop iteration."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gemv_fp8_depth3.py"), "--offline"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    m = re.search(r"regs (\d+) spill (\d+) loop (\d+) instr, (\d+) LDG", r.stdout)
+    assert m, r.stdout
+    regs, spill, loop, ldg = map(int, m.groups())
+    assert spill == 0 and 0 < regs <= 255 and loop > 100 and ldg >= 4, r.stdout
