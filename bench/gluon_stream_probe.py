@@ -25,6 +25,7 @@ attention's KV at B1) beside each row's default kernel, and runs a first fp8 dot
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT          # H200, ~1 min
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --offline           # CPU: compile for sm_90, SASS counts
     PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT --targets   # H200: the unmet-target rows' bytes
+    PYTHONPATH=src:. python3 bench/gluon_stream_probe.py --out $OUT --copies    # H200: TMA copy vs torch copy by size
 """
 
 from __future__ import annotations
@@ -136,6 +137,34 @@ def _stream_pipe_kernel(w_desc, out_ptr, R, TILES, TPP, BR: gl.constexpr, BKW: g
 
 
 @gluon.jit
+def _copy_pipe_kernel(src_desc, dst_desc, TILES, TPP, S: gl.constexpr):
+    # A TMA copy through an S-stage ring: program p copies tiles [p TPP, + TPP) of [BR, BKW] words (row blocks of
+    # the [R, BKW] source); each stage is stored by TMA straight from shared memory and refilled once its store has
+    # read it (`store_wait(1)`: only this iteration's store may still be reading).
+    BR: gl.constexpr = src_desc.block_type.shape[0]
+    BKW: gl.constexpr = src_desc.block_type.shape[1]
+    tile0 = gl.program_id(0) * TPP
+    n_tiles = gl.minimum(TILES - tile0, TPP)
+    bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], src_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(S - 1):
+        mbarrier.expect(ready.index(i), src_desc.block_type.nbytes, pred=i < n_tiles)
+        tma.async_copy_global_to_shared(src_desc, [(tile0 + i) * BR, 0], ready.index(i), bufs.index(i),
+                                        pred=i < n_tiles)
+    for i in range(n_tiles):
+        mbarrier.wait(ready.index(i % S), (i // S) & 1)
+        tma.async_copy_shared_to_global(dst_desc, [(tile0 + i) * BR, 0], bufs.index(i % S))
+        tma.store_wait(1)
+        j = i + S - 1
+        mbarrier.expect(ready.index(j % S), src_desc.block_type.nbytes, pred=j < n_tiles)
+        tma.async_copy_global_to_shared(src_desc, [(tile0 + j) * BR, 0], ready.index(j % S), bufs.index(j % S),
+                                        pred=j < n_tiles)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _fp8_dot_pipe_kernel(w_desc, x_ptr, out_ptr, R, K, TILES, TPP, BR: gl.constexpr, BK: gl.constexpr,
                          S: gl.constexpr, num_warps: gl.constexpr):
     # An fp8 consumer on the `pipe` ring: out[pid_k, row] = sum over the program's k of w[row, k] x[k] (fp32; no
@@ -193,6 +222,17 @@ def launch(kind: str, w, out, br: int, bkw: int, stages: int, split: int, num_wa
     extra = {"maxnreg": maxnreg} if kind == "ws" else {}
     return kern[(triton.cdiv(r, br), n_k)](desc, out, r, tiles, tpp, BR=br, BKW=bkw, S=stages, num_warps=num_warps,
                                            **extra)
+
+
+def launch_copy(src, dst, br: int, stages: int, tpp: int):
+    """dst <- src ([R, BKW] int32, BKW words per row) through the TMA copy ring, tpp tiles of br rows per program."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    r, bkw = src.shape
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    sd = TensorDescriptor.from_tensor(src, [br, bkw], layout)
+    dd = TensorDescriptor.from_tensor(dst, [br, bkw], layout)
+    tiles = triton.cdiv(r, br)
+    _copy_pipe_kernel[(triton.cdiv(tiles, tpp),)](sd, dd, tiles, tpp, S=stages, num_warps=1)
 
 
 def offline() -> int:
@@ -360,6 +400,45 @@ def measure_targets(out_dir: str, reps: int) -> int:
     return 0
 
 
+# total bytes (read + write) of one-launch copies: the GDN decode state at B1 / B8 / B32 (6.3 / 50 / 201 MB read and
+# written; findings/kernels-status-h200.md) and sizes between
+COPY_TOTAL_MB = (6.3, 12.6, 25.2, 50.3, 100.7, 201.3, 402.7)
+COPY_CONFIGS = ((32, 4, 1), (32, 4, 2), (64, 4, 1), (64, 4, 4), (16, 4, 1), (64, 2, 8))  # (rows, stages, tiles/program)
+
+
+def measure_copies(out_dir: str, reps: int) -> int:
+    """A TMA-ring copy against torch's SM copy (`torch.mul(src, 1)`) at each total size, same call: what one launch
+    of a read-and-write kernel of that size can reach (fractions of this call's 2 GiB copy ceiling)."""
+    import torch
+
+    K, gen, ceiling = _gpu_setup(reps)
+    rows = []
+    for total_mb in COPY_TOTAL_MB:
+        r = int(total_mb * 1e6 / 2 / 512)  # [r, 128] int32 source rows of 512 bytes
+        nbytes = 2 * r * 512
+        n_sets = _n_sets(nbytes)
+        srcs = [torch.randint(-2**31, 2**31 - 1, (r, 128), device="cuda", dtype=torch.int32, generator=gen)
+                for _ in range(n_sets)]
+        dsts = [torch.empty_like(x) for x in srcs]
+        t = K.time_calls(lambda i: torch.mul(srcs[i], 1, out=dsts[i]), n_sets, reps)[0]
+        row = {"total_MB": nbytes / 1e6, "torch_copy": {"us": t * 1e3, "of_copy": nbytes / t / 1e9 / ceiling}}
+        for br, stages, tpp in COPY_CONFIGS:
+            launch_copy(srcs[0], dsts[0], br, stages, tpp)
+            torch.cuda.synchronize()
+            ok = bool(torch.equal(srcs[0], dsts[0]))
+            t = K.time_calls(lambda i: launch_copy(srcs[i], dsts[i], br, stages, tpp), n_sets, reps)[0]
+            row[f"tma BR{br} S{stages} tpp{tpp}"] = {"us": t * 1e3, "of_copy": nbytes / t / 1e9 / ceiling, "ok": ok}
+        best = min((v["us"], k_) for k_, v in row.items() if k_.startswith("tma"))
+        print(f"{nbytes / 1e6:.1f} MB: torch copy {row['torch_copy']['us']:.2f} us "
+              f"({row['torch_copy']['of_copy']:.3f}); best TMA {best[1]} {best[0]:.2f} us "
+              f"({row[best[1]]['of_copy']:.3f}, ok {row[best[1]]['ok']})", flush=True)
+        rows.append(row)
+        del srcs, dsts
+        torch.cuda.empty_cache()
+    _write(out_dir, "gluon_copy_sizes.json", ceiling, rows)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".", help="where gluon_stream_probe.json goes (GPU run)")
@@ -368,9 +447,13 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", action="store_true",
                     help="GPU: the ring at the byte counts of the decode rows whose #5 target is unmet (fp8 GEMVs, "
                          "bf16 o_proj, decode attention B1), beside the default kernel of each GEMV row")
+    ap.add_argument("--copies", action="store_true",
+                    help="GPU: a TMA-ring copy against torch's copy at 6-400 MB (one-launch read + write ceilings)")
     args = ap.parse_args(argv)
     if args.offline:
         return offline()
+    if args.copies:
+        return measure_copies(args.out, args.reps)
     return measure_targets(args.out, args.reps) if args.targets else measure(args.out, args.reps)
 
 
