@@ -72,7 +72,12 @@ def test_rung4_gdn_layers_and_state(engines, hf_model):
     prompt = random_prompt(eng.config.vocab, 80, 1)
     errs = per_layer(eng, hf, prompt)
     first = errs[0]
-    assert first.kind == "linear_attention" and first.layer_err == 0.0 and first.mixer_err < 1e-4
+    # Bit-exact (layer_err 0) where ATen's CPU kernels run AVX-512 or scalar code; under AVX2 (AMD EPYC CI hosts)
+    # the mixer differs from HF's by ~2e-6 (fp32 reduction order) and one element of the bf16 output rounds the
+    # other way (measured 2^-10 at ref_scale 6). So: the mixer within fp32 noise, the output within one bf16 ulp
+    # of its scale (KNOWLEDGE/pitfalls/cpu-parity-depends-on-aten-cpu-capability.md).
+    assert first.kind == "linear_attention" and first.mixer_err < 1e-4, first
+    assert first.layer_err <= 2.0**-7 * first.ref_scale, first
     assert all(e.layer_err <= 0.02 * e.ref_scale for e in errs), errs
     state = gdn_state_errors(eng, hf, prompt)
     assert state[0] == (0.0, pytest.approx(0.0, abs=1e-6))   # conv state bit-exact, fp32 state ~1 ulp
