@@ -22,7 +22,8 @@ def _launch_floor_kernel(out_ptr):
 
 
 # v2 decode tiles (BLOCK_V, num_warps) timed beside each B's default (gdn.triton V2_DECODE_TILE / V2_BATCH_TILE)
-GDN_V2_ALTERNATIVES = {1: ((8, 1), (4, 1), (16, 2), (16, 4)), 8: ((16, 1), (16, 2)), 32: ((16, 1), (16, 2), (32, 2))}
+GDN_V2_ALTERNATIVES = {1: ((8, 1), (4, 1), (16, 2), (16, 4)), 8: ((16, 1), (16, 2), (64, 4), (64, 2)),
+                       32: ((16, 1), (16, 2), (32, 2), (64, 2), (64, 4))}  # 64-wide: session 15
 
 
 def _copy_set(nbytes: int):
