@@ -123,9 +123,11 @@ def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, N, TILES, TPP, SWIGL
     cols = gl.arange(0, BKW, layout=gl.SliceLayout(0, layout))
     acc_g = gl.zeros([BR, BKW], gl.float32, layout)
     acc_u = gl.zeros([BR, BKW], gl.float32, layout)
+    xq_next = gl.load(x_ptr + tile0 * BKW + cols)  # x one tile ahead: its L2 round trip overlaps the tile before
     for i in range(n_tiles):
         _issue(desc, bufs, bufs_u, ready, row, N + row, tile0, i + S - 1, n_tiles, SWIGLU)
-        xq = gl.load(x_ptr + (tile0 + i) * BKW + cols)
+        xq = xq_next
+        xq_next = gl.load(x_ptr + (tile0 + i + 1) * BKW + cols, mask=(i + 1 < n_tiles) & (cols < BKW), other=0)
         lo = xq.to(gl.int32)
         hi = (xq >> 32).to(gl.int32)
         x0 = gl.expand_dims((lo << 16).to(gl.float32, bitcast=True), 0)
