@@ -13,7 +13,8 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
 `gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
 fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
-=mma16: there up to M 16). 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
+=mma16: there up to M 16); with MODELD_GEMV_FP8=ring (opt-in) M == 1 fp8 calls at `gemv_fp8_ring.RING_TUNED` shapes
+take the Gluon TMA-ring GEMV. 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
 paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
 host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
@@ -43,12 +44,14 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels._pdl import pdl_mode
 from modeld.kernels._tl import grouped_tile
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
 from modeld.kernels.linear import gemv_fp8_batch as _gemv_fp8_batch
+from modeld.kernels.linear import gemv_fp8_ring as _gemv_fp8_ring
 from modeld.kernels.linear import gemv_hmma_batch as _gemv_hmma_batch
 from modeld.kernels.linear import gemv_mma as _gemv_mma
 from modeld.kernels.linear import w8a8 as _w8a8
@@ -56,6 +59,7 @@ from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, 
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
 from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
+from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon; opt-in)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
@@ -373,6 +377,11 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         mcfg = _gemv_mma.pick(sm, swiglu, n, k, _sm_count(device), interpreting())
         return _gemv_mma.launch_int4_mma(x, w, ws, wm, y, swiglu, group, mcfg, kernel=_gemv_int4_mma_kernel,
                                          finish=_gemv_finish_kernel)
+    if config is None and m == 1 and fmt == FMT_FP8 and _gemv_fp8_ring.routed():
+        # opt-in (MODELD_GEMV_FP8=ring): the TMA-ring fp8 GEMV at its tuned shapes (gemv_fp8_ring.RING_TUNED)
+        rcfg = _gemv_fp8_ring.pick(sm, swiglu, n, k)
+        if rcfg is not None and _gemv_fp8_ring.usable(x, w, rcfg):
+            return _gemv_fp8_ring.launch_fp8_ring(x, w, ws, y, swiglu, rcfg, pdl_mode(), kernel=_gemv_fp8_ring_kernel)
     if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(
             _FMT_NAMES[fmt], x, w, group, tuned=(sm, _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
         gcfg = pick_gemv(sm, _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
