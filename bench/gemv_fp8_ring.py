@@ -45,6 +45,10 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
 
+# the e4m3 word convert (inline PTX) and the per-word FMAs are the src kernel's (kernels/linear/gemv_fp8_ring.py,
+# which grew out of this probe's ffma consumer; this one keeps split-K and the tile sweep)
+from modeld.kernels.linear.gemv_fp8_ring import _dot_words, _fp8_word_to_f32  # noqa: E402,F401
+
 # (label, output N, K, swiglu) of the 27B fp8 decode GEMVs (bench/kernels.py LINEAR_SHAPES)
 SHAPES = (("gate+up", 17408, 5120, True), ("down", 5120, 17408, False), ("in_proj", 16384, 5120, False),
           ("qkv", 14336, 5120, False), ("o_proj", 5120, 6144, False))
@@ -63,27 +67,6 @@ MMA = {"gate+up": ((64, 128, 4, 2), (128, 128, 4, 4), (256, 128, 2, 4)), "down":
 
 
 @gluon.jit
-def _fp8_word_to_f32(w):
-    """int32 words of 4 e4m3 -> 4 fp32 planes, exact (the inline PTX of gemv._fp8_word_to_f32)."""
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b16 l, h, a0, a1, b0, b1;
-        .reg .b32 a, b;
-        mov.b32 {l, h}, $4;
-        cvt.rn.f16x2.e4m3x2 a, l;
-        cvt.rn.f16x2.e4m3x2 b, h;
-        mov.b32 {a0, a1}, a;
-        mov.b32 {b0, b1}, b;
-        cvt.f32.f16 $0, a0;
-        cvt.f32.f16 $1, a1;
-        cvt.f32.f16 $2, b0;
-        cvt.f32.f16 $3, b1;
-        }""",
-        constraints="=r,=r,=r,=r,r", args=[w], dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
-        is_pure=True, pack=1)
-
-
-@gluon.jit
 def _issue(desc, bufs, bufs_u, ready, row, row_u, tile0, j, n_tiles, TWO: gl.constexpr):
     """TMA copies of tile j of the program's run into stage j % S (TWO: also the up rows into bufs_u), completing on
     that stage's `ready` barrier; nothing for j >= n_tiles."""
@@ -95,12 +78,6 @@ def _issue(desc, bufs, bufs_u, ready, row, row_u, tile0, j, n_tiles, TWO: gl.con
     tma.async_copy_global_to_shared(desc, [row, (tile0 + j) * BK], ready.index(s), bufs.index(s), pred=ok)
     if TWO:
         tma.async_copy_global_to_shared(desc, [row_u, (tile0 + j) * BK], ready.index(s), bufs_u.index(s), pred=ok)
-
-
-@gluon.jit
-def _dot_words(acc, w, x0, x1, x2, x3):
-    w0, w1, w2, w3 = _fp8_word_to_f32(w)
-    return gl.fma(w0, x0, gl.fma(w1, x1, gl.fma(w2, x2, gl.fma(w3, x3, acc))))
 
 
 @gluon.jit
