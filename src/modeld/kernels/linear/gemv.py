@@ -249,18 +249,9 @@ def _word_tiles(N, KW, WPS, up_offset, SWIGLU: tl.constexpr, BLOCK_N: tl.constex
     return pid_k, k_lo, k_hi, rows, up_offset, rows3, gmask_r, umask_r, cs, acc_g, acc_u
 
 
-@triton.jit
-def _fp8_word_to_f32(w, ASM: tl.constexpr):
-    """int32 words of 4 e4m3 (byte b = weight 4j + b) -> 4 fp32 planes (exact).
-
-    ASM (GPU): per word 2 cvt.rn.f16x2.e4m3x2 (SASS F2FP) + 4 cvt.f32.f16 (HADD2.F32), 1.5
-    instructions per weight; Triton's own fp8 -> fp32 lowering of a byte tensor added a PRMT and a
-    LOP3 per weight to split and re-pack the pairs. The CPU interpreter cannot run inline asm, so
-    ASM=False there extracts bytes and converts them with Triton (same values: both are exact).
-    """
-    if ASM:
-        return tl.inline_asm_elementwise(
-            asm="""{
+# One int32 word of 4 e4m3 ($4) -> 4 fp32 ($0..$3), exact: 2 cvt.rn.f16x2.e4m3x2 + 4 cvt.f32.f16 (SASS F2FP +
+# HADD2.F32, 1.5 instructions per weight). Shared with the Gluon ring GEMV (gemv_fp8_ring.py); KNOWLEDGE/asm-inventory.md.
+FP8_WORD_TO_F32_PTX = tl.constexpr("""{
             .reg .b16 l, h, a0, a1, b0, b1;
             .reg .b32 a, b;
             mov.b32 {l, h}, $4;
@@ -272,7 +263,21 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
             cvt.f32.f16 $1, a1;
             cvt.f32.f16 $2, b0;
             cvt.f32.f16 $3, b1;
-            }""",
+            }""")  # a constexpr: Triton kernels may read module globals only in that form
+
+
+@triton.jit
+def _fp8_word_to_f32(w, ASM: tl.constexpr):
+    """int32 words of 4 e4m3 (byte b = weight 4j + b) -> 4 fp32 planes (exact).
+
+    ASM (GPU): per word 2 cvt.rn.f16x2.e4m3x2 (SASS F2FP) + 4 cvt.f32.f16 (HADD2.F32), 1.5
+    instructions per weight; Triton's own fp8 -> fp32 lowering of a byte tensor added a PRMT and a
+    LOP3 per weight to split and re-pack the pairs. The CPU interpreter cannot run inline asm, so
+    ASM=False there extracts bytes and converts them with Triton (same values: both are exact).
+    """
+    if ASM:
+        return tl.inline_asm_elementwise(
+            asm=FP8_WORD_TO_F32_PTX,
             constraints="=r,=r,=r,=r,r", args=[w], dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
             is_pure=True, pack=1)
     else:

@@ -36,6 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from modeld.kernels.errors import KernelValueError
+from modeld.kernels.linear.gemv import FP8_WORD_TO_F32_PTX
 
 __all__ = ["RingGemvConfig", "RING_TUNED", "FP8_GEMV_ENV", "routed", "pick", "usable", "launch_fp8_ring"]
 
@@ -88,22 +89,10 @@ def usable(x: torch.Tensor, w: torch.Tensor, cfg: RingGemvConfig) -> bool:
 
 @gluon.jit
 def _fp8_word_to_f32(w):
-    """int32 words of 4 e4m3 (byte b = weight 4j + b) -> 4 fp32 planes, exact: gemv._fp8_word_to_f32's PTX (a Gluon
-    kernel cannot call a `tl` function)."""
+    """int32 words of 4 e4m3 (byte b = weight 4j + b) -> 4 fp32 planes, exact: gemv.FP8_WORD_TO_F32_PTX, v2's asm (a
+    Gluon kernel cannot call the `tl` helper, so it shares the PTX text)."""
     return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b16 l, h, a0, a1, b0, b1;
-        .reg .b32 a, b;
-        mov.b32 {l, h}, $4;
-        cvt.rn.f16x2.e4m3x2 a, l;
-        cvt.rn.f16x2.e4m3x2 b, h;
-        mov.b32 {a0, a1}, a;
-        mov.b32 {b0, b1}, b;
-        cvt.f32.f16 $0, a0;
-        cvt.f32.f16 $1, a1;
-        cvt.f32.f16 $2, b0;
-        cvt.f32.f16 $3, b1;
-        }""",
+        asm=FP8_WORD_TO_F32_PTX,
         constraints="=r,=r,=r,=r,r", args=[w], dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
         is_pure=True, pack=1)
 
