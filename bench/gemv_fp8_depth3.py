@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from modeld.kernels.linear.gemv import _epilogue, _fp8_word_to_f32, _word_tiles  # noqa: E402
+from modeld.kernels.linear.gemv import _epilogue, _fp8_step, _word_tiles  # noqa: E402
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, finish_split, split_workspace  # noqa: E402
 
 
@@ -36,19 +36,6 @@ def _ld(x_ptr, w_ptr, rows3, up_offset, stride_w, c, k_hi, gmask_r, umask_r, POL
 
 
 @triton.jit
-def _use(acc_g, acc_u, xa, xb, wg, wu):
-    x0 = (xa << 16).to(tl.float32, bitcast=True)
-    x1 = (xa & -65536).to(tl.float32, bitcast=True)
-    x2 = (xb << 16).to(tl.float32, bitcast=True)
-    x3 = (xb & -65536).to(tl.float32, bitcast=True)
-    g0, g1, g2, g3 = _fp8_word_to_f32(wg, True)
-    acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
-    u0, u1, u2, u3 = _fp8_word_to_f32(wu, True)
-    acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
-    return acc_g, acc_u
-
-
-@triton.jit
 def _fp8_depth3_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                        SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
                        SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr):
@@ -59,7 +46,7 @@ def _fp8_depth3_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WP
     xa1, xb1, wg1, wu1 = _ld(x_ptr, w_ptr, rows3, up_offset, stride_w, k_lo + STEP + cs, k_hi, gmask_r, umask_r, POLICY)
     for k0 in range(k_lo + 2 * STEP, k_hi + 2 * STEP, STEP):
         xa2, xb2, wg2, wu2 = _ld(x_ptr, w_ptr, rows3, up_offset, stride_w, k0 + cs, k_hi, gmask_r, umask_r, POLICY)
-        acc_g, acc_u = _use(acc_g, acc_u, xa, xb, wg, wu)
+        acc_g, acc_u = _fp8_step(acc_g, acc_u, xa, xb, wg, wu, True)
         xa, xb, wg, wu = xa1, xb1, wg1, wu1
         xa1, xb1, wg1, wu1 = xa2, xb2, wg2, wu2
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)

@@ -45,9 +45,9 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
 
-# the e4m3 word convert (inline PTX) and the per-word FMAs are the src kernel's (kernels/linear/gemv_fp8_ring.py,
+# the x planes and the per-word convert + FMAs are the src kernel's (kernels/linear/gemv_fp8_ring.py,
 # which grew out of this probe's ffma consumer; this one keeps split-K and the tile sweep)
-from modeld.kernels.linear.gemv_fp8_ring import _dot_words, _fp8_word_to_f32  # noqa: E402,F401
+from modeld.kernels.linear.gemv_fp8_ring import _dot_words, _x_planes  # noqa: E402
 
 # (label, output N, K, swiglu) of the 27B fp8 decode GEMVs (bench/kernels.py LINEAR_SHAPES)
 SHAPES = (("gate+up", 17408, 5120, True), ("down", 5120, 17408, False), ("in_proj", 16384, 5120, False),
@@ -106,12 +106,7 @@ def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, N, TILES, TPP, SWIGL
         _issue(desc, bufs, bufs_u, ready, row, N + row, tile0, i + S - 1, n_tiles, SWIGLU)
         xq = xq_next
         xq_next = gl.load(x_ptr + (tile0 + i + 1) * BKW + cols, mask=(i + 1 < n_tiles) & (cols < BKW), other=0)
-        lo = xq.to(gl.int32)
-        hi = (xq >> 32).to(gl.int32)
-        x0 = gl.expand_dims((lo << 16).to(gl.float32, bitcast=True), 0)
-        x1 = gl.expand_dims((lo & -65536).to(gl.float32, bitcast=True), 0)
-        x2 = gl.expand_dims((hi << 16).to(gl.float32, bitcast=True), 0)
-        x3 = gl.expand_dims((hi & -65536).to(gl.float32, bitcast=True), 0)
+        x0, x1, x2, x3 = _x_planes(xq)
         mbarrier.wait(ready.index(i % S), (i // S) & 1)
         acc_g = _dot_words(acc_g, bufs.index(i % S).load(layout), x0, x1, x2, x3)
         if SWIGLU:

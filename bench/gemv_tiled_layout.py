@@ -29,7 +29,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from modeld.kernels._checks import interpreting  # noqa: E402
-from modeld.kernels.linear.gemv import _epilogue, _fp8_word_to_f32, _word_tiles  # noqa: E402
+from modeld.kernels.linear.gemv import _epilogue, _fp8_step, _word_tiles  # noqa: E402
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, finish_split, split_workspace  # noqa: E402
 
 SHAPES = (("gate+up", 17408, 5120, True), ("down", 5120, 17408, False), ("in_proj", 16384, 5120, False),
@@ -73,14 +73,7 @@ def _fp8_tiled_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS
                        eviction_policy=POLICY)
         wu_n = tl.load(_tile_ptrs(w_ptr, rows3 + up_offset, k0, KSTEPS, BLOCK_N, SW, cs), mask=umask_r & nmask,
                        other=0, eviction_policy=POLICY)
-        x0 = (xa << 16).to(tl.float32, bitcast=True)
-        x1 = (xa & -65536).to(tl.float32, bitcast=True)
-        x2 = (xb << 16).to(tl.float32, bitcast=True)
-        x3 = (xb & -65536).to(tl.float32, bitcast=True)
-        g0, g1, g2, g3 = _fp8_word_to_f32(wg, ASM)
-        acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
-        u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
-        acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
+        acc_g, acc_u = _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM)
         xa, xb, wg, wu = xa_n, xb_n, wg_n, wu_n
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)
     u_rows_ok = rows < N if SWIGLU else rows + up_offset < N

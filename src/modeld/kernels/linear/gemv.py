@@ -289,6 +289,21 @@ def _fp8_word_to_f32(w, ASM: tl.constexpr):
 
 
 @triton.jit
+def _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM: tl.constexpr):
+    """One K step of the fp8 word-tile GEMV: x words xa / xb (bf16 pairs) -> 4 fp32 planes, shared by the two row
+    tiles' weight words wg / wu; acc += each word's 4 weights times the planes (one FFMA per weight)."""
+    x0 = (xa << 16).to(tl.float32, bitcast=True)
+    x1 = (xa & -65536).to(tl.float32, bitcast=True)
+    x2 = (xb << 16).to(tl.float32, bitcast=True)
+    x3 = (xb & -65536).to(tl.float32, bitcast=True)
+    g0, g1, g2, g3 = _fp8_word_to_f32(wg, ASM)
+    acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
+    u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
+    acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
+    return acc_g, acc_u
+
+
+@triton.jit
 def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS, stride_w, up_offset,
                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, KS: tl.constexpr, WK: tl.constexpr,
                      ASM: tl.constexpr, SPLIT: tl.constexpr, FUSED: tl.constexpr, POLICY: tl.constexpr,
@@ -319,14 +334,7 @@ def _gemv_fp8_kernel(x_ptr, w_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, KW, WPS,
         xb_n = tl.load(x_ptr + 2 * cn + 1, mask=nmask, other=0)
         wg_n = tl.load(w_ptr + rows3 * stride_w + cn, mask=gmask_r & nmask, other=0, eviction_policy=POLICY)
         wu_n = tl.load(w_ptr + (rows3 + up_offset) * stride_w + cn, mask=umask_r & nmask, other=0, eviction_policy=POLICY)
-        x0 = (xa << 16).to(tl.float32, bitcast=True)
-        x1 = (xa & -65536).to(tl.float32, bitcast=True)
-        x2 = (xb << 16).to(tl.float32, bitcast=True)
-        x3 = (xb & -65536).to(tl.float32, bitcast=True)
-        g0, g1, g2, g3 = _fp8_word_to_f32(wg, ASM)
-        acc_g = tl.fma(g0, x0, tl.fma(g1, x1, tl.fma(g2, x2, tl.fma(g3, x3, acc_g))))
-        u0, u1, u2, u3 = _fp8_word_to_f32(wu, ASM)
-        acc_u = tl.fma(u0, x0, tl.fma(u1, x1, tl.fma(u2, x2, tl.fma(u3, x3, acc_u))))
+        acc_g, acc_u = _fp8_step(acc_g, acc_u, xa, xb, wg, wu, ASM)
         xa, xb, wg, wu = xa_n, xb_n, wg_n, wu_n
     pdl_trigger(PDL == 2)
     g = tl.sum(tl.sum(acc_g, axis=2), axis=0) * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)

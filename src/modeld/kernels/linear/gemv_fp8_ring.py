@@ -123,6 +123,17 @@ def _issue(desc, bufs, bufs_u, ready, row, row_u, j, n_tiles, TWO: gl.constexpr)
 
 
 @gluon.jit
+def _x_planes(xq):
+    """int64 x words (word j = x[4j .. 4j + 3] as bf16) -> the 4 fp32 planes, each [1, BKW] to broadcast over rows."""
+    lo = xq.to(gl.int32)
+    hi = (xq >> 32).to(gl.int32)
+    return (gl.expand_dims((lo << 16).to(gl.float32, bitcast=True), 0),
+            gl.expand_dims((lo & -65536).to(gl.float32, bitcast=True), 0),
+            gl.expand_dims((hi << 16).to(gl.float32, bitcast=True), 0),
+            gl.expand_dims((hi & -65536).to(gl.float32, bitcast=True), 0))
+
+
+@gluon.jit
 def _dot_words(acc, w, x0, x1, x2, x3):
     """acc += each word's 4 weights times the x planes (one FFMA per weight)."""
     w0, w1, w2, w3 = _fp8_word_to_f32(w)
@@ -157,12 +168,7 @@ def _gemv_fp8_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, N, TILES, SWIGLU: gl.const
         _issue(desc, bufs, bufs_u, ready, row, N + row, i + S - 1, TILES, SWIGLU)
         xq = xq_next
         xq_next = gl.load(x_ptr + (i + 1) * BKW + cols, mask=(i + 1 < TILES) & (cols < BKW), other=0)
-        lo = xq.to(gl.int32)
-        hi = (xq >> 32).to(gl.int32)
-        x0 = gl.expand_dims((lo << 16).to(gl.float32, bitcast=True), 0)
-        x1 = gl.expand_dims((lo & -65536).to(gl.float32, bitcast=True), 0)
-        x2 = gl.expand_dims((hi << 16).to(gl.float32, bitcast=True), 0)
-        x3 = gl.expand_dims((hi & -65536).to(gl.float32, bitcast=True), 0)
+        x0, x1, x2, x3 = _x_planes(xq)
         mbarrier.wait(ready.index(i % S), (i // S) & 1)
         acc_g = _dot_words(acc_g, bufs.index(i % S).load(layout), x0, x1, x2, x3)
         if SWIGLU:
