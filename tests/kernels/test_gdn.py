@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeld.kernels._testing import assert_close, cuda_available, poison, tolerance
+from modeld.kernels._testing import Tolerance, assert_close, cuda_available, poison, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.gdn import reference as ref
 from modeld.kernels.gdn import triton as tt
@@ -325,6 +325,13 @@ def test_chunked_reference_matches_loop(T, slow_decay, gen):
 
 
 def test_prefill_then_decode_equals_one_prefill(gen):
+    """Decode continues a prefill: same state and outputs as one longer prefill, to fp32 rounding.
+
+    Not bit for bit: ATen's vectorised softplus (the decay gate) rounds an element differently in the
+    vector body than in the scalar tail, so g[t] of a [9, Hv] call and of a [1, Hv] call can differ by
+    an ulp (pitfalls/cpu-transcendentals-depend-on-vector-position.md). Measured bound over 500 seeds:
+    state 1.2e-7 absolute, outputs bit-equal; the test allows 1e-6 and one bf16 ulp.
+    """
     T = 9
     q, k, v, a, b, A_log, dt_bias, state = _inputs(T, 1, 2, 16, 16, gen, "cpu", decode=False)
     s_full = state.clone()
@@ -334,8 +341,9 @@ def test_prefill_then_decode_equals_one_prefill(gen):
     s_dec = s[None].clone()
     outs = [o_head] + [ref.gdn_decode(q[t : t + 1], k[t : t + 1], v[t : t + 1], a[t : t + 1], b[t : t + 1],
                                       A_log, dt_bias, s_dec) for t in range(5, T)]
-    assert torch.equal(torch.cat(outs), o_full)
-    assert torch.equal(s_dec[0], s_full)
+    o_bound = o_full.float().abs().max().item() * 2**-7  # one bf16 ulp of the output's scale
+    assert_close(torch.cat(outs), o_full, tol=Tolerance(atol=o_bound, rtol=0.0))
+    assert_close(s_dec[0], s_full, tol=Tolerance(atol=1e-6, rtol=1e-6), what="state")
 
 
 def _hf_recurrent(q, k, v, a, b, A_log, dt_bias, state):
