@@ -81,10 +81,12 @@ def _issue(desc, bufs, bufs_u, ready, row, row_u, tile0, j, n_tiles, TWO: gl.con
 
 
 @gluon.jit
-def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, N, TILES, TPP, SWIGLU: gl.constexpr, SPLIT: gl.constexpr,
-                      S: gl.constexpr, num_warps: gl.constexpr):
+def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, cnt_ptr, N, TILES, TPP, SWIGLU: gl.constexpr,
+                      SPLIT: gl.constexpr, S: gl.constexpr, FUSED: gl.constexpr, num_warps: gl.constexpr):
     # desc: the weight as int32 words [rows, K / 4]; x_ptr: x as int64 (word j's 4 bf16). Program (pid, pid_k): rows
-    # [pid BR, + BR) (SWIGLU: and N + those), tiles [pid_k TPP, + TPP).
+    # [pid BR, + BR) (SWIGLU: and N + those), tiles [pid_k TPP, + TPP). FUSED (SPLIT > 1): the row block's last
+    # arriving program sums the SPLIT partials in split order (cnt_ptr: one zeroed int32 counter per row block, left
+    # zero), as gemv_split._split_finish does for v2; else a second launch finishes them.
     BR: gl.constexpr = desc.block_type.shape[0]
     BKW: gl.constexpr = desc.block_type.shape[1]
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
@@ -122,6 +124,27 @@ def _ffma_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, part_ptr, N, TILES, TPP, SWIGL
     else:
         gl.store(part_ptr + gl.program_id(1) * 2 * N + rows, g, mask=rmask)
         gl.store(part_ptr + gl.program_id(1) * 2 * N + N + rows, u, mask=rmask & SWIGLU)
+        if FUSED:
+            _ring_last_arriver_finish(part_ptr, y_ptr, cnt_ptr, rows, rmask, N, SWIGLU, SPLIT)
+
+
+@gluon.jit
+def _ring_last_arriver_finish(part_ptr, y_ptr, cnt_ptr, rows, rmask, N, SWIGLU: gl.constexpr, SPLIT: gl.constexpr):
+    """After this program stored its partials: the CTA barrier orders every thread's stores before the acq_rel
+    counter increment (release); the program that sees SPLIT - 1 earlier arrivals (acquire: all partials visible)
+    re-zeroes the counter and writes y[rows] = sum over splits in split order (gemv_split._finish_rows' order)."""
+    gl.thread_barrier()
+    arrived = gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT - 1:
+        gl.store(cnt_ptr + gl.program_id(0), 0)
+        g = gl.load(part_ptr + rows, mask=rmask, other=0.0)  # = 0 + part[0]: _finish_rows' first step, exactly
+        u = gl.load(part_ptr + N + rows, mask=rmask & SWIGLU, other=0.0)
+        for sp in gl.static_range(1, SPLIT):
+            g += gl.load(part_ptr + sp * 2 * N + rows, mask=rmask, other=0.0)
+            if SWIGLU:
+                u += gl.load(part_ptr + sp * 2 * N + N + rows, mask=rmask, other=0.0)
+        out = g * (1.0 / (1.0 + gl.exp(-g))) * u if SWIGLU else g
+        gl.store(y_ptr + rows, out.to(y_ptr.dtype.element_ty), mask=rmask)
 
 
 @gluon.jit
@@ -187,15 +210,18 @@ def _split(tiles: int, split: int) -> tuple[int, int]:
     return tpp, triton.cdiv(tiles, tpp)
 
 
-def launch_ffma(x, w, ws, y, part, swiglu: bool, cfg: tuple):
-    """y [1, N] (split 1) or part [split, 2N] <- the ffma ring over e4m3 w [N or 2N, K] with bf16 x [1, K]."""
+def launch_ffma(x, w, ws, y, part, swiglu: bool, cfg: tuple, cnt=None):
+    """y [1, N] (split 1) or part [split, 2N] <- the ffma ring over e4m3 w [N or 2N, K] with bf16 x [1, K]. With
+    `cnt` (zeroed int32, >= one per row block) and split > 1 the last arriver also writes y (left zero)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     br, bkw, stages, split = cfg
     tiles = x.shape[1] // (4 * bkw)
     tpp, n_k = _split(tiles, split)
     desc = TensorDescriptor.from_tensor(w.view(torch_int32()), [br, bkw], _shared_layout("ffma", [br, bkw], False))
-    _ffma_ring_kernel[(triton.cdiv(y.shape[1], br), n_k)](desc, x.view(torch_int64()), ws, y, part, y.shape[1], tiles,
-                                                          tpp, SWIGLU=swiglu, SPLIT=n_k, S=stages, num_warps=4)
+    fused = cnt is not None and n_k > 1
+    _ffma_ring_kernel[(triton.cdiv(y.shape[1], br), n_k)](desc, x.view(torch_int64()), ws, y, part,
+                                                          cnt if fused else part, y.shape[1], tiles, tpp,
+                                                          SWIGLU=swiglu, SPLIT=n_k, S=stages, FUSED=fused, num_warps=4)
 
 
 def launch_mma(x, w, ws, part, cfg: tuple, xmode: int = 0, swizzled: bool = True):
@@ -237,7 +263,7 @@ def k_loop(sass: str) -> list[str]:
     return best
 
 
-def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20) -> dict:
+def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20, fused: bool = False) -> dict:
     """Compile one kernel for sm_90 on this machine (no GPU): registers, spills, shared memory and the K loop's SASS
     per weight of one thread."""
     from triton.backends.compiler import GPUTarget
@@ -246,10 +272,11 @@ def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20) -
     layout = _shared_layout(kind, [br, bk], True)
     if kind == "ffma":
         sig = {"desc": f"tensordesc<i32[{br}, {bk}],{layout!r}>", "x_ptr": "*i64", "ws_ptr": "*fp32", "y_ptr": "*bf16",
-               "part_ptr": "*fp32", "N": "i32", "TILES": "i32", "TPP": "i32", "SWIGLU": "constexpr",
-               "SPLIT": "constexpr", "S": "constexpr", "num_warps": "constexpr"}
+               "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "TILES": "i32", "TPP": "i32",
+               "SWIGLU": "constexpr", "SPLIT": "constexpr", "S": "constexpr", "FUSED": "constexpr",
+               "num_warps": "constexpr"}
         src = GluonASTSource(_ffma_ring_kernel, sig, constexprs={"SWIGLU": swiglu, "SPLIT": split, "S": stages,
-                                                                 "num_warps": 4})
+                                                                 "FUSED": fused, "num_warps": 4})
         weights = br * bk * 4 * (2 if swiglu else 1) / 128
     else:
         sig = {"desc": f"tensordesc<fp8e4nv[{br}, {bk}],{layout!r}>", "x_ptr": "*bf16", "ws_ptr": "*fp32",
@@ -272,18 +299,21 @@ def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20) -
         op = (ins.split()[1] if ins.startswith("@") else ins.split()[0]).split(".")[0]
         ops[op] = ops.get(op, 0) + 1
     regs = re.search(r"Used (\d+) registers", r.stderr)
+    atomics = len(re.findall(r"\bATOMG?\.", sass))  # the fused finish's arrival counter (outside the K loop)
     return {"regs": int(regs.group(1)) if regs else None, "smem": k.metadata.shared, "loop_instr": len(body),
+            "atomics": atomics,
             "weights_per_thread": weights, "instr_per_weight": len(body) / weights,
             "ops": dict(sorted(ops.items(), key=lambda t: -t[1]))}
 
 
 def offline() -> int:
-    for kind, cfg, sw in (("ffma", (64, 64, 4, 1), False), ("ffma", (64, 32, 4, 1), True),
-                          ("ffma", (128, 32, 4, 1), False), ("mma", (128, 128, 4, 2), False),
-                          ("mma", (256, 128, 2, 4), False)):
-        c = offline_counts(kind, cfg, sw)
-        print(f"{kind} {cfg} swiglu {sw}: regs {c['regs']} smem {c['smem']} loop {c['loop_instr']} instr / "
-              f"{c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f} per weight {c['ops']}", flush=True)
+    for kind, cfg, sw, fused in (("ffma", (64, 64, 4, 1), False, False), ("ffma", (64, 32, 4, 1), True, False),
+                                 ("ffma", (128, 32, 4, 1), False, False), ("ffma", (64, 32, 4, 4), False, True),
+                                 ("mma", (128, 128, 4, 2), False, False), ("mma", (256, 128, 2, 4), False, False)):
+        c = offline_counts(kind, cfg, sw, fused=fused)
+        print(f"{kind} {cfg} swiglu {sw}{' fused finish' if fused else ''}: regs {c['regs']} smem {c['smem']} loop {c['loop_instr']} instr / "
+              f"{c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f} per weight {c['ops']} "
+              f"atomics {c['atomics']}", flush=True)
     return 0
 
 
@@ -310,22 +340,27 @@ def measure(out_dir: str, reps: int, kind: str, swizzled: bool) -> int:
         out_n = n if (kind == "ffma" and sw) else n_rows  # the mma ring runs gate+up as plain rows
         full = (x.double() @ (sets[0][0].double() * sets[0][1].double()[:, None]).T)[0]
         cfgs = (FFMA_SWIGLU if sw else FFMA_NARROW if n <= 6144 else FFMA_WIDE) if kind == "ffma" else MMA[label]
-        for cfg, xmode in [(c, m) for c in cfgs for m in ((0,) if kind == "ffma" else (0, 1, 2))]:
+        # ffma: x0 = partials finished by a second launch, x3 = by the last arriver (split > 1 only)
+        variants = [(c, m) for c in cfgs for m in ((0, 3) if kind == "ffma" else (0, 1, 2))
+                    if m != 3 or _split(k // (4 * c[1]), c[3])[1] > 1]
+        for cfg, xmode in variants:
             tag = f"{kind} {cfg} x{xmode}"
             tiles = k // (4 * cfg[1] if kind == "ffma" else cfg[1])
             n_k = _split(tiles, cfg[3])[1]
             ys = [torch.empty(1, out_n, device="cuda", dtype=torch.bfloat16 if kind == "ffma" else torch.float32)
                   for _ in range(n_sets)]
             parts = [torch.empty(n_k, 2 * out_n, device="cuda") for _ in range(n_sets)]
+            cnts = [torch.zeros(triton.cdiv(out_n, cfg[0]), device="cuda", dtype=torch.int32) if xmode == 3 else None
+                    for _ in range(n_sets)]
 
             def call(i, xx=x):
                 if kind == "ffma":
-                    launch_ffma(xx, sets[i][0], sets[i][1], ys[i], parts[i], sw, cfg)
+                    launch_ffma(xx, sets[i][0], sets[i][1], ys[i], parts[i], sw, cfg, cnts[i])
                 else:  # the mma kernel always writes partials
                     launch_mma(xx, sets[i][0], sets[i][1], parts[i], cfg, xmode, swizzled)
                     if n_k == 1:
                         ys[i].copy_(parts[i][:1, :out_n])
-                if n_k > 1:
+                if n_k > 1 and xmode != 3:
                     finish_split(parts[i], ys[i], n_k, sw and kind == "ffma", False)
                 return ys[i][0]
 
@@ -338,6 +373,8 @@ def measure(out_dir: str, reps: int, kind: str, swizzled: bool) -> int:
                     want = torch.nn.functional.silu(want[:n]) * want[n:]
                 errs[name] = ((got - want).abs().max() / want.abs().max()).item()
             t = K.time_calls(lambda i: call(i), n_sets, reps)
+            if xmode == 3:
+                errs["counters_left_nonzero"] = sum(int(c.count_nonzero()) for c in cnts)
             row[tag] = {"p50_us": t[0] * 1e3, "p90_us": t[1] * 1e3, "split": n_k,
                         "of_copy": nbytes / t[0] / 1e9 / ceiling, "v2_time_over": row["v2"]["p50_us"] / (t[0] * 1e3),
                         "rel_err": errs}
