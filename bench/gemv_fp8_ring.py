@@ -9,7 +9,8 @@ before using tile i (a one-partition software pipeline), one `ready` mbarrier pe
   repetition, turns each word's 4 e4m3 into fp32 with v2's inline PTX (cvt.rn.f16x2.e4m3x2 + cvt.f32.f16), FMAs them
   with x (one int64 = a word's 4 bf16, split by shift / mask, loaded one tile ahead: per-line stall samples showed the
   ring waiting on x's L2 round trip otherwise) into a per-thread accumulator; one reduction after the K loop. SwiGLU:
-  a gate and an up tile per stage. Unswizzled tiles (8 threads read one 128-byte row line).
+  a gate and an up tile per stage. Unswizzled tiles (8 threads read one 128-byte row line). Split-K configs run twice:
+  x0 finishes the partials in a second launch, x3 in the row block's last arriving program (v2's fused finish).
 * `mma`: mma.sync m16n8k16 f16 (Gluon `mma_v2`): weights are the A operand (e4m3 -> f16 is exact), x the B operand
   [K, 8] with column 0 = hi = f16(x / 256) and column 1 = lo = f16((x / 256 - hi) 4096): y = 256 (C0 + C1 / 4096),
   exact for bf16 x with 2^-21 <= |x| < 2^24. B is built once per program in shared memory for its K range (XMODE 0);
