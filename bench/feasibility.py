@@ -245,6 +245,24 @@ def cases(dev: str):
 
 
 # ----------------------------------------------------------------------------- compile / inspect
+def ptxas_sm90(ptx: str, tag: str) -> tuple[str, str]:
+    """Assemble PTX for sm_90a with Triton's bundled ptxas -v (no GPU needed): (its report on stderr, where the
+    object file went). `tag` names the /tmp files."""
+    path = f"/tmp/{tag}_{os.getpid()}.ptx"
+    with open(path, "w") as f:
+        f.write(ptx)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"], capture_output=True, text=True,
+                       timeout=300)
+    return r.stderr, path + ".o"
+
+
+def cuobjdump_sass(obj: str) -> str:
+    """The SASS of an object file from `ptxas_sm90`, as Triton's bundled cuobjdump prints it (with addresses)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return subprocess.run([tool, "-sass", obj], capture_output=True, text=True, timeout=300).stdout
+
+
 def _compile_offline(jit, args, kwargs):
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend, GPUTarget
@@ -269,12 +287,7 @@ def _compile_offline(jit, args, kwargs):
             attrs[(i,)] = BaseBackend.parse_attr(spec)
     src = ASTSource(fn=jit, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-    ptx_path = f"/tmp/feas_{os.getpid()}.ptx"
-    with open(ptx_path, "w") as f:
-        f.write(k.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    out = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx_path, "-o", ptx_path + ".o"],
-                         capture_output=True, text=True, timeout=300).stderr
+    out, _ = ptxas_sm90(k.asm["ptx"], "feas")
     regs = re.search(r"Used (\d+) registers", out)
     spill = re.search(r"(\d+) bytes spill stores", out)
     return k, (int(regs.group(1)) if regs else None), (int(spill.group(1)) if spill else None)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
@@ -269,6 +268,8 @@ def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20, f
     per weight of one thread."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
+
+    from bench.feasibility import cuobjdump_sass, ptxas_sm90
     br, bk, stages, split = cfg
     layout = _shared_layout(kind, [br, bk], True)
     if kind == "ffma":
@@ -286,20 +287,14 @@ def offline_counts(kind: str, cfg: tuple, swiglu: bool = False, tpp: int = 20, f
         src = GluonASTSource(_mma_ring_kernel, sig, constexprs={"TPP": tpp, "S": stages, "XMODE": 0, "num_warps": 4})
         weights = br * bk / 128
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    path = f"/tmp/gemv_fp8_ring_{kind}_{os.getpid()}.ptx"
-    with open(path, "w") as f:
-        f.write(k.asm["ptx"])
-    r = subprocess.run([os.path.join(bindir, "ptxas"), "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
-                       capture_output=True, text=True, timeout=300)
-    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", path + ".o"], capture_output=True, text=True,
-                          timeout=300).stdout
+    report, obj = ptxas_sm90(k.asm["ptx"], f"gemv_fp8_ring_{kind}")
+    sass = cuobjdump_sass(obj)
     body = k_loop(sass)
     ops: dict[str, int] = {}
     for ins in body:
         op = (ins.split()[1] if ins.startswith("@") else ins.split()[0]).split(".")[0]
         ops[op] = ops.get(op, 0) + 1
-    regs = re.search(r"Used (\d+) registers", r.stderr)
+    regs = re.search(r"Used (\d+) registers", report)
     atomics = len(re.findall(r"\bATOMG?\.", sass))  # the fused finish's arrival counter (outside the K loop)
     return {"regs": int(regs.group(1)) if regs else None, "smem": k.metadata.shared, "loop_instr": len(body),
             "atomics": atomics,

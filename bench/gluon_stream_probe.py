@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
@@ -239,6 +238,8 @@ def offline() -> int:
     """Compile both kernels for sm_90 on CPU (no GPU): registers, shared memory, and the loop's barriers / TMA ops."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
+
+    from bench.feasibility import cuobjdump_sass, ptxas_sm90
     for kern in (_stream_ws_kernel, _stream_pipe_kernel):
         for br, bkw, stages in ((64, 32, 4), (64, 32, 8), (128, 32, 4)):
             layout = gl.NVMMASharedLayout.get_default_for([br, bkw], gl.int32)
@@ -248,17 +249,10 @@ def offline() -> int:
             src = GluonASTSource(kern, sig, constexprs={"BR": br, "BKW": bkw, "S": stages, "num_warps": 4})
             opts = {"num_warps": 4, "maxnreg": 64} if kern is _stream_ws_kernel else {"num_warps": 4}
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-            ptx = k.asm["ptx"]
-            ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-            path = f"/tmp/gluon_probe_{os.getpid()}.ptx"
-            with open(path, "w") as f:
-                f.write(ptx)
-            r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"], capture_output=True,
-                               text=True, timeout=300)
-            dis = subprocess.run([os.path.join(os.path.dirname(ptxas), "cuobjdump"), "-sass", path + ".o"],
-                                 capture_output=True, text=True, timeout=300).stdout
+            report, obj = ptxas_sm90(k.asm["ptx"], "gluon_probe")
+            dis = cuobjdump_sass(obj)
             counts = {op: len(re.findall(op, dis)) for op in ("UTMALDG", "SYNCS", "BAR.SYNC", "MEMBAR", "USETMAXREG")}
-            regs = re.search(r"Used (\d+) registers", r.stderr)
+            regs = re.search(r"Used (\d+) registers", report)
             print(f"{kern.__name__} BR {br} BKW {bkw} S {stages}: regs {regs.group(1) if regs else '?'} "
                   f"smem {k.metadata.shared} {counts}", flush=True)
     return 0
