@@ -7,7 +7,6 @@ the SASS of one loop iteration (the common part plus one of the two accumulator 
 weight (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
 
     PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
-    PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py --scale-prefetch   # with HmmaGemvConfig.scale_prefetch
 """
 
 from __future__ import annotations
@@ -50,21 +49,8 @@ def load_order(ins: list[str]) -> str:
                    for o in ops if o.startswith(("LDG", "HMMA")))
 
 
-def prefetches(sass: str) -> str:
-    """"B / A": the L2 prefetches (SASS CCTL.E.PF2) before / after the PDL wait (ACQBULK; all "after" without PDL)."""
-    lines = sass.splitlines()
-    wait = next((i for i, line in enumerate(lines) if "ACQBULK" in line), -1)
-    pf = [i for i, line in enumerate(lines) if "CCTL" in line and "PF" in line]
-    return f"{sum(i < wait for i in pf)} / {sum(i > wait for i in pf)}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale-prefetch", action="store_true",
-                    help="compile with the L2 prefetch of the scales / mins before the PDL wait")
-    args = ap.parse_args(argv)
-    import dataclasses
-
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     import torch
 
     from bench import feasibility as feas
@@ -73,14 +59,14 @@ def main(argv: list[str] | None = None) -> int:
 
     feas._offline_patches([gh])
     print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
-          "instr/weight | loads / HMMA order | top ops | L2 prefetches (CCTL) before / after the wait |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "instr/weight | loads / HMMA order | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, n, k, sw in LINEAR_SHAPES:
         rows = 2 * n if sw else n
         x = torch.empty(1, k, dtype=torch.bfloat16)
         q = torch.empty(rows, k // 2, dtype=torch.uint8)
         s = torch.empty(rows, k // 128, dtype=torch.float16)
-        cfg = dataclasses.replace(gh.pick(90, sw, n, k, 132, False), scale_prefetch=args.scale_prefetch)
+        cfg = gh.pick(90, sw, n, k, 132, False)
         jit, grid, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
             x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]
         kern, regs, spill = feas._compile_offline(jit, a, kw)
@@ -95,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         top = ", ".join(f"{o} {c}" for o, c in ops.most_common(5))
         ef = sum("LDG.E.EF" in i for i in ins)
         print(f"| {label} | {grid[0]}x{grid[1]} | {regs} | {spill} | {conv} | {ef} | {len(ins)} | {wpt} | "
-              f"**{len(ins) / wpt:.2f}** | {load_order(ins)} | {top} | {prefetches(kern.asm['sass'])} |", flush=True)
+              f"**{len(ins) / wpt:.2f}** | {load_order(ins)} | {top} |", flush=True)
     return 0
 
 

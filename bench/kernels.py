@@ -44,7 +44,6 @@ OUT = "."
 BATCH_M = [2, 4, 8]  # --batch-m: M of the batched-GEMV sweeps (kernels_sweeps._sweep_batch) and the skinny rows
 DEV = "cuda"  # "cpu" under --dry-run (Triton interpreter, tiny shapes, wall-clock timing)
 DRY_SECTIONS = ("gemv", "gemv-ab", "sweep-gemv-v2", "sweep-gemv-ba", "sweep-gemv-mma", "sweep-gemv-hmma",
-                "sweep-gemv-hmma-spf",
                 "sweep-gemv-evict", "sweep-gemv-pdl", "sweep-gemv-hmma-batch", "sweep-gemv-fp8-batch",
                 "gemv-split-finish", "gemv-equal-bytes", "size-ceiling", "mid-m")
 

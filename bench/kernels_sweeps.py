@@ -182,21 +182,6 @@ def sweep_gemv_hmma(reps, gen, dry=False):
     _sweep_int4_kernel(gemv_hmma, "hmma", cands, lambda c: c.tag, reps, gen)
 
 
-def sweep_gemv_hmma_spf(reps, gen, dry=False):
-    """int4 g128 M == 1: the mma.sync GEMV's pick beside the same pick with the L2 prefetch of its scales / mins
-    before the PDL wait (HmmaGemvConfig.scale_prefetch), at every 27B shape, interleaved; once with MODELD_PDL=0 (the
-    prefetch alone) and once with PDL on, where each replay's prefetch overlaps the previous replay's tail."""
-    from modeld.kernels.linear import gemv_hmma
-    pick = lambda c: dataclasses.replace(c, scale_prefetch=False)
-    pick.tag = "pick"
-    spf = lambda c: dataclasses.replace(c, scale_prefetch=True)
-    spf.tag = "scale prefetch"
-    for pdl in ("0", "1"):  # the untagged pick row of each pass is the same config as "pick"
-        with _env("MODELD_PDL", pdl):
-            _sweep_int4_kernel(gemv_hmma, "hmma", [pick, spf, pick, spf], lambda c, _p=pdl: f"{c.tag}, pdl {_p}",
-                               reps, gen)
-
-
 def sweep_gemv_evict(reps, gen, dry=False):
     """v2 GEMV (its GEMV_TUNED entry) with the weight loads' default cache policy (evict_first), then with
     none, for bf16 / fp8 / int4 g128 at every 27B shape, interleaved per shape (cuBLAS bf16 beside the first)."""
@@ -379,7 +364,7 @@ def gemv_sections(sections, reps, gen, dry=False):
         gemv_ab(reps, gen, sweep="sweep-gemv-v2" in sections, ab="gemv-ab" in sections)
     if "sweep-gemv-ba" in sections:
         sweep_gemv_ba(reps, gen)
-    for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma), ("sweep-gemv-hmma-spf", sweep_gemv_hmma_spf),
+    for name, fn in (("sweep-gemv-mma", sweep_gemv_mma), ("sweep-gemv-hmma", sweep_gemv_hmma),
                      ("sweep-gemv-evict", sweep_gemv_evict), ("sweep-gemv-pdl", sweep_gemv_pdl),
                      ("sweep-gemv-hmma-batch", sweep_gemv_hmma_batch), ("sweep-gemv-fp8-batch", sweep_gemv_fp8_batch)):
         if name in sections:

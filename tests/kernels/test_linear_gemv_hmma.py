@@ -183,48 +183,6 @@ def test_x_load_switch_rejects_unknown_values(monkeypatch):
         gh.asm_mode()
 
 
-@pytest.mark.parametrize("n,k,swiglu,split,apart", [(37, 640, True, 2, False), (70, 2048, False, 4, False),
-                                                    (37, 640, True, 1, True)])
-def test_hmma_scale_prefetch_matches_reference(n, k, swiglu, split, apart, gen, device, poisoned_outputs):
-    """With scale_prefetch the kernel computes the prefetch addresses (the interpreter skips the asm itself) and
-    still matches the spec: masked rows, uneven splits, gate / up together and apart."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    cfg = gh.HmmaGemvConfig(2, 4, split, gate_up_apart=apart, scale_prefetch=True)
-    got = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.bfloat16, device=device), swiglu, 128, cfg)
-    assert_close(got, int4_want(x, ws, swiglu), what=f"hmma GEMV scale prefetch {n}x{k} {cfg}")
-
-
-@pytest.mark.parametrize("env,want", [(None, False), ("", False), ("0", False), ("1", True)])
-def test_scale_prefetch_switch(env, want, monkeypatch):
-    """MODELD_HMMA_SCALE_PREFETCH sets the pick's scale_prefetch (off by default until the H200 A/B)."""
-    if env is None:
-        monkeypatch.delenv(gh.SCALE_PREFETCH_ENV, raising=False)
-    else:
-        monkeypatch.setenv(gh.SCALE_PREFETCH_ENV, env)
-    assert gh.pick(90, True, 17408, 5120, 132, False).scale_prefetch is want
-    monkeypatch.setenv(gh.SCALE_PREFETCH_ENV, "yes")
-    with pytest.raises(KernelValueError, match=gh.SCALE_PREFETCH_ENV):
-        gh.pick(90, True, 17408, 5120, 132, False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
-def test_gpu_hmma_scale_prefetch_is_bit_identical(n, k, swiglu, gen, device, monkeypatch):
-    """The L2 prefetch of the scales changes no bit, with PDL off and on (it runs before the wait), gate / up apart
-    and together."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    for apart in ((False, True) if swiglu else (False,)):
-        got = {}
-        for pdl in ("0", "1"):
-            monkeypatch.setenv("MODELD_PDL", pdl)
-            for spf in (False, True):
-                cfg = dataclasses.replace(gh.pick(90, swiglu, n, k, 132, False), gate_up_apart=apart,
-                                          scale_prefetch=spf)
-                got[pdl, spf] = gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device),
-                                                    swiglu, 128, cfg)
-        assert all(torch.equal(v, got["0", False]) for v in got.values()), f"apart={apart}"
-
-
 @pytest.mark.gpu
 def test_gpu_hmma_group_256(gen, device, poisoned_outputs):
     x, ws = int4_problem(4096, 5120, 256, True, gen, device)

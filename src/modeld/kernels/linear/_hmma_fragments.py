@@ -50,25 +50,6 @@ def _x_load(xp, on, ASM: tl.constexpr):
                 tl.load(xp + 3, mask=on, other=0))
 
 
-# One predicated `prefetch.global.L2` per element (pack=1): $0 a dummy output, $1 the pointer, $2 the predicate.
-_L2_PREFETCH_ASM = tl.constexpr("""{
-.reg .pred p;
-mov.b32 $0, 0;
-setp.ne.b32 p, $2, 0;
-@p prefetch.global.L2 [$1];
-}""")
-
-
-@triton.jit
-def _l2_prefetch(ptr, on, ASM: tl.constexpr):
-    """Ask L2 for the sector of each pointer where `on`: no register holds the data, so a later load of it finds
-    it in L2 instead of waiting a DRAM round trip. Not pure (nothing uses the dummy result; it must not be
-    removed). The interpreter (ASM false) skips it: a prefetch changes no value."""
-    if ASM:
-        tl.inline_asm_elementwise(asm=_L2_PREFETCH_ASM, constraints="=r,l,r", args=[ptr, on.to(tl.int32)],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
 @triton.jit
 def _x_pairs(x01, x23, x45, x67, ASM: tl.constexpr):
     """The B-fragment pairs in the words' nibble order: P0 = (x0, x2), P1 = (x4, x6), P2 = (x1, x3),

@@ -40,17 +40,14 @@ from modeld.kernels._checks import interpreting
 from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
-from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _l2_prefetch, _x_load, _x_pairs
+from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "SCALE_PREFETCH_ENV", "asm_mode", "scale_prefetch", "usable",
-           "pick", "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "asm_mode", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
 X_LOAD_ENV = "MODELD_HMMA_X_LOAD"
-SCALE_PREFETCH_ENV = "MODELD_HMMA_SCALE_PREFETCH"
-SCALE_PREFETCH_DEFAULT = "0"  # opt-in until the H200 A/B decides
 
 
 @dataclass(frozen=True)
@@ -68,9 +65,6 @@ class HmmaGemvConfig:
     # SwiGLU only: gate rows and up rows in separate programs (one accumulator set each: fewer registers,
     # more programs resident), their partials combined by the split-K finish launch
     gate_up_apart: bool = False
-    # ask L2 for the program's scale / min spans before the PDL wait, so the epilogue's scale loads (after the K
-    # loop, one exposed round trip in a one-wave launch) hit L2 instead of DRAM
-    scale_prefetch: bool = False
 
 
 def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> HmmaGemvConfig:
@@ -87,16 +81,7 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
     while tiles * split < 4.5 * n_sms and split < nc:
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
-                          gate_up_apart=swiglu, scale_prefetch=scale_prefetch())
-
-
-def scale_prefetch() -> bool:
-    """`pick`'s scale_prefetch: MODELD_HMMA_SCALE_PREFETCH "1" / "0" (unset or empty: SCALE_PREFETCH_DEFAULT).
-    Read per call. Raises KernelValueError for any other value."""
-    v = os.environ.get(SCALE_PREFETCH_ENV) or SCALE_PREFETCH_DEFAULT
-    if v not in ("0", "1"):
-        raise KernelValueError(f"{SCALE_PREFETCH_ENV}={v!r}: expected 0 or 1")
-    return v == "1"
+                          gate_up_apart=swiglu)
 
 
 def asm_mode() -> bool | int:
@@ -157,25 +142,6 @@ def _epilogue(acc_lo, acc_hi, xb_ptr, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s,
     xs_lo, xs_hi = tl.split(tl.permute(_chunk_xsums(xb_ptr, c_lo, c_hi), (1, 2, 0)))  # [4, 4] each
     return (_epilogue_half(acc_lo, xs_lo, s_ptr, m_ptr, n0, N, c_lo, c_hi, stride_s, CPG, NB)
             + _epilogue_half(acc_hi, xs_hi, s_ptr, m_ptr, n0, N, c_lo + 8, c_hi, stride_s, CPG, NB))
-
-
-@triton.jit
-def _prefetch_scales(s_ptr, m_ptr, N, NC, CPP, stride_s, up_offset, SWIGLU: tl.constexpr, NB: tl.constexpr,
-                     CPG: tl.constexpr, ASM: tl.constexpr):
-    """L2 prefetch of the scales and mins `_epilogue` reads: rows n0 .. n0 + 16 NB (and their up rows), groups of
-    chunks [c_lo, c_hi). A row's span is <= 16 fp16 (32 bytes), so its first and last group cover it. Only weights
-    are read, which no kernel of the step writes: it may run before the PDL wait."""
-    n0 = tl.program_id(0) * 16 * NB
-    c_lo = tl.program_id(1) * CPP
-    c_hi = tl.minimum(NC, c_lo + CPP)
-    rows = n0 + tl.arange(0, 16 * NB)[:, None]  # [16 NB, 2]: x (first, last group)
-    offs = rows * stride_s + tl.where(tl.arange(0, 2)[None, :] == 0, c_lo, c_hi - 1) // CPG
-    ok = (rows < N) & (c_lo < c_hi)
-    _l2_prefetch(s_ptr + offs, ok, ASM)
-    _l2_prefetch(m_ptr + offs, ok, ASM)
-    if SWIGLU:
-        _l2_prefetch(s_ptr + up_offset * stride_s + offs, ok, ASM)
-        _l2_prefetch(m_ptr + up_offset * stride_s + offs, ok, ASM)
 
 
 @triton.jit
@@ -244,7 +210,7 @@ def _row_block(n0, N, stride_w, NB: tl.constexpr):
 def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, cnt_ptr, N, NY, NC, CPP, stride_w,
                            stride_s, up_offset, SWIGLU: tl.constexpr, CPG: tl.constexpr, NB: tl.constexpr,
                            SPLIT: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, FUSED: tl.constexpr,
-                           POLICY: tl.constexpr, PDL: tl.constexpr, SPF: tl.constexpr = False):
+                           POLICY: tl.constexpr, PDL: tl.constexpr):
     # Program (pid, pid_k): rows n0 .. n0 + 16 NB (and their up rows for SwiGLU) over the CPP <= 16 chunks of
     # 128 k [c_lo, c_hi); chunk j of the program is column j % 8 of accumulator acc_lo (j < 8) or acc_hi.
     # x_ptr / xb_ptr: x as int32 pairs [K / 2] / bf16 [K]; w_ptr: int32 words [rows, K / 8]. N rows are
@@ -254,11 +220,8 @@ def _gemv_int4_hmma_kernel(x_ptr, xb_ptr, w_ptr, s_ptr, m_ptr, y_ptr, part_ptr, 
     # PDL (0 off, 1 trigger now, 2 after the K loop): let the next kernel launch, then wait for the one that
     # wrote x (kernels/_pdl.py). The wait comes first, before any load: the loop loads a pair's words and x
     # together, and ptxas moves the x loads (ld.global.nc, `_x_load`) above a later wait
-    # (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md). SPF: the scale / min prefetch
-    # (weights only) goes before the wait, so it overlaps the previous kernel's tail.
+    # (KNOWLEDGE/pitfalls/ld-global-nc-hoisted-above-griddepcontrol-wait.md).
     pdl_trigger(PDL == 1)
-    if SPF:
-        _prefetch_scales(s_ptr, m_ptr, N, NC, CPP, stride_s, up_offset, SWIGLU, NB, CPG, ASM)
     pdl_wait(PDL != 0)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -321,7 +284,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=asm_mode(), FUSED=fused, POLICY=cfg.weight_policy,
-        PDL=pdl, SPF=cfg.scale_prefetch, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
