@@ -378,7 +378,7 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "prefill", "gemm", "gemm-more", "sweep-gemv", "sweep-attention",
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "gemm", "gemm-more", "sweep-gemv", "sweep-attention",
                           "sweep-gemm")
 
 
@@ -484,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_logits(1, 248320, 5120, reps, gen)
     if "decode" in sections:
         A.decode_section(reps, gen)
+    if "decode-fixed" in sections:
+        A.decode_fixed_section(reps, gen)
     if "prefill" in sections:
         for t in (2048, 8192):
             A.bench_attention_prefill(t, 24, 4, 256, reps, gen)

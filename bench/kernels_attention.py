@@ -70,13 +70,15 @@ def _decode_variant(variant, fused_cfg, dh):
 
 
 @K.guarded
-def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=None, fused=None, baseline=True):
+def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=None, fused=None, baseline=True,
+                           cap=None):
     """One decode-attention row: `variant` "split3" | "fused" | None (the module default / env);
-    `fused` = (BN, warps, stages, waves, group[, fill]) for the fused kernel; baseline = also time torch SDPA."""
+    `fused` = (BN, warps, stages, waves, group[, fill]) for the fused kernel; baseline = also time torch SDPA;
+    `cap` = the cache capacity S (default length + 64; the split plan depends on it, not on the length)."""
     from modeld.kernels.attention import configs as acfg
     from modeld.kernels.attention import triton as att
     fused_cfg = acfg.FusedDecodeConfig(*fused, source="sweep") if fused is not None else None
-    s_cap = length + 64
+    s_cap = cap or length + 64
     per_set = 2 * bsz * s_cap * hkv * dh * 2
     sets = K.n_sets_for(per_set)
     caches = [(torch.randn(bsz, s_cap, hkv, dh, device=K.DEV, generator=gen).bfloat16(),
@@ -112,9 +114,22 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
                                            " [fused BN{} w{} st{} x{} g{}]".format(*fused[:5]))
     if fused is not None and len(fused) > 5 and fused[5]:
         cfg_tag = cfg_tag[:-1] + " fill]"
-    K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
+    cap_tag = f" cap{s_cap}" if cap else ""
+    K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1}{cap_tag} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
               tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
               "torch SDPA over the cache + gate" if baseline else None, b50, config, bytes=nbytes)
+
+
+def decode_fixed_section(reps, gen):
+    """The default decode attention (fused) at B = 1 over growing lengths at a FIXED capacity (8k + 64, 32k + 64):
+    the grid and the split plan stay those of the capacity, so p50 = fixed cost (launch, prologue, pipeline fill,
+    merge) + streamed bytes / rate, and the shortest length measures the fixed part directly. Read against the
+    streaming slope of the same rows (KNOWLEDGE/findings/decode-attention-b1-fixed-cost-h200.md)."""
+    for cap_len in (8191, 32767):
+        for length in (63, 1023, 2047, 4095, 8191, 16383, 32767):
+            if length <= cap_len:
+                bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=" [fixed cap]", variant="fused",
+                                       baseline=False, cap=cap_len + 64)
 
 
 def decode_section(reps, gen):
