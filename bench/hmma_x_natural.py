@@ -56,7 +56,10 @@ def natural_kernel():
     g["_x_pairs"] = _x_pairs_natural
     for name in ("_pair_load", "_gemv_int4_hmma_kernel"):
         fn = getattr(gh, name).fn
-        g[name] = triton.jit(types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__))
+        copy = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+        copy.__annotations__ = dict(fn.__annotations__)  # the tl.constexpr marks live here, not in __code__
+        copy.__kwdefaults__ = fn.__kwdefaults__
+        g[name] = triton.jit(copy)
     return g["_gemv_int4_hmma_kernel"]
 
 
