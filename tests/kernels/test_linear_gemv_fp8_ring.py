@@ -62,9 +62,23 @@ def test_switch_on_leaves_cpu_calls_on_the_other_paths(monkeypatch, gen, device)
     assert_close(tt.linear_fp8(x, *ws), ref.linear_fp8(x, *ws), what="fp8 M=1 with MODELD_GEMV_FP8=ring, untuned")
 
 
+@pytest.mark.parametrize("env,pdl,want", [(None, 0, 0), (None, 1, 1), (None, 2, 2), ("first", 1, 1), ("late", 1, 2),
+                                          ("late", 0, 0), ("", 1, 1)])
+def test_ring_pdl_switch(env, pdl, want, monkeypatch):
+    """MODELD_RING_PDL=late moves the ring's trigger after its K loop (constexpr 2) whenever PDL is on."""
+    if env is None:
+        monkeypatch.delenv(ring.RING_PDL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ring.RING_PDL_ENV, env)
+    assert ring.ring_pdl(pdl) == want
+    monkeypatch.setenv(ring.RING_PDL_ENV, "early")
+    with pytest.raises(KernelValueError, match=ring.RING_PDL_ENV):
+        ring.ring_pdl(pdl)
+
+
 def test_kernel_compiles_for_sm90_offline():
-    """SwiGLU and plain, PDL off and on: registers without spills, the TMA copy and the mbarrier wait in the K loop,
-    griddepcontrol where PDL is on."""
+    """SwiGLU and plain, PDL off, trigger first and trigger late: registers without spills, the TMA copy and the
+    mbarrier wait in the K loop, griddepcontrol where PDL is on."""
     code = r'''
 import re, subprocess, os, sys
 import triton
@@ -72,7 +86,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from modeld.kernels.linear import gemv_fp8_ring as ring
 for (sm, sw, n, k), cfg in sorted(ring.RING_TUNED.items()):
-    for pdl in (0, 1):
+    for pdl in (0, 1, 2):
         d = f"tensordesc<i32[{cfg.block_rows}, {cfg.block_words}],{ring.shared_layout()!r}>"
         sig = {"desc": d, "x_ptr": "*i64", "ws_ptr": "*fp32", "y_ptr": "*bf16", "N": "i32", "TILES": "i32",
                "SWIGLU": "constexpr", "S": "constexpr", "PDL": "constexpr", "num_warps": "constexpr"}
@@ -95,12 +109,12 @@ for (sm, sw, n, k), cfg in sorted(ring.RING_TUNED.items()):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RING")]
-    assert len(lines) == 2 * len(ring.RING_TUNED), r.stdout
+    assert len(lines) == 3 * len(ring.RING_TUNED), r.stdout
     for line in lines:
         f = dict(kv.split("=") for kv in line.split()[1:])
         assert 0 < int(f["regs"]) <= 255 and int(f["spill"]) == 0, line
         assert int(f["tma"]) >= 1 and int(f["wait"]) >= 1, line
-        assert (int(f["gdc"]) >= 2) == (f["pdl"] == "1"), line  # launch_dependents + wait only with PDL
+        assert (int(f["gdc"]) >= 2) == (f["pdl"] != "0"), line  # launch_dependents + wait only with PDL
 
 
 def _problem(n, k, swiglu, gen, device):
@@ -124,12 +138,13 @@ def test_gpu_ring_at_tuned_shapes(n, k, swiglu, gen, device, poisoned_outputs, m
     monkeypatch.setenv(ring.FP8_GEMV_ENV, "ring")
     fn = tt.swiglu_linear_fp8 if swiglu else tt.linear_fp8
     got = []
-    for pdl in ("0", "1"):
+    for pdl, when in (("0", "first"), ("1", "first"), ("1", "late")):
         monkeypatch.setenv("MODELD_PDL", pdl)
+        monkeypatch.setenv(ring.RING_PDL_ENV, when)
         got.append(fn(x, *ws))
         torch.cuda.synchronize()
     assert_close(got[0], spec, what=f"fp8 ring N={n} K={k} swiglu={swiglu}")
-    assert torch.equal(got[0], got[1])
+    assert torch.equal(got[0], got[1]) and torch.equal(got[0], got[2])
     cfg = ring.pick(90, swiglu, n, k)
     direct = ring.launch_fp8_ring(x, *ws, torch.empty(1, n, dtype=torch.bfloat16, device=device), swiglu, cfg)
     assert torch.equal(direct, got[0])

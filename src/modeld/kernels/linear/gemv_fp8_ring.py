@@ -15,7 +15,8 @@ one tile ahead this kernel reached 0.940 of copy at gate+up (v2 0.885), 0.882 at
   a per-thread [BR, BKW] accumulator; one reduction after the K loop;
 * x comes as one int64 per word (the word's 4 bf16), loaded one tile ahead, split into 4 fp32 planes by shift / mask;
   SwiGLU puts a gate and an up tile in each stage (two copies on one barrier), sharing x.
-PDL (kernels/_pdl.py, mode 1): trigger first thing, issue the first S - 1 weight copies (constant), then
+PDL (kernels/_pdl.py): trigger first thing (mode 1) or after the K loop (mode 2: MODELD_PDL=late, or
+MODELD_RING_PDL=late for this kernel alone), issue the first S - 1 weight copies (constant), then
 `griddepcontrol.wait` before x is read. Precision: exact e4m3 and bf16 values, fp32 products and sums, the per-channel
 scale on each row's sum — v2's numerics, summed in another order.
 
@@ -38,9 +39,14 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv import FP8_WORD_TO_F32_PTX
 
-__all__ = ["RingGemvConfig", "RING_TUNED", "FP8_GEMV_ENV", "routed", "pick", "usable", "launch_fp8_ring"]
+__all__ = ["RingGemvConfig", "RING_TUNED", "FP8_GEMV_ENV", "RING_PDL_ENV", "routed", "pick", "usable", "ring_pdl",
+           "launch_fp8_ring"]
 
 FP8_GEMV_ENV = "MODELD_GEMV_FP8"  # "v2" (default) or "ring": read on every call
+# "first" (default: trigger the next launch first thing, as every PDL kernel) or "late" (after the K loop): read on
+# every call. With PDL the ring gains less than v2 in the engine (session 17); late keeps early-launched successors
+# from holding SM slots while the ring's programs still run.
+RING_PDL_ENV = "MODELD_RING_PDL"
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,18 @@ def routed() -> bool:
 def pick(sm: int, swiglu: bool, n: int, k: int) -> RingGemvConfig | None:
     """The tuned config of this shape, or None (not a ring shape)."""
     return RING_TUNED.get((sm, swiglu, n, k))
+
+
+def ring_pdl(pdl: int) -> int:
+    """The kernel's PDL constexpr for kernels/_pdl.pdl_mode() `pdl`: 0 off; 2 (trigger after the K loop) when pdl is
+    2 (MODELD_PDL=late) or MODELD_RING_PDL is "late"; else 1 (trigger first). Raises KernelValueError for any other
+    MODELD_RING_PDL value."""
+    v = os.environ.get(RING_PDL_ENV) or "first"
+    if v not in ("first", "late"):
+        raise KernelValueError(f"{RING_PDL_ENV}={v!r}: expected first or late")
+    if not pdl:
+        return 0
+    return 2 if pdl == 2 or v == "late" else 1
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, cfg: RingGemvConfig) -> bool:
@@ -148,7 +166,7 @@ def _gemv_fp8_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, N, TILES, SWIGLU: gl.const
     BR: gl.constexpr = desc.block_type.shape[0]
     BKW: gl.constexpr = desc.block_type.shape[1]
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [num_warps, 1], [1, 0])
-    if PDL:
+    if PDL == 1:
         _griddep(False, num_warps)
     row = gl.program_id(0) * BR
     bufs = gl.allocate_shared_memory(gl.int32, [S, BR, BKW], desc.layout)
@@ -174,6 +192,8 @@ def _gemv_fp8_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, N, TILES, SWIGLU: gl.const
         if SWIGLU:
             acc_u = _dot_words(acc_u, bufs_u.index(i % S).load(layout), x0, x1, x2, x3)
         fence_async_shared()
+    if PDL == 2:
+        _griddep(False, num_warps)
     for i in gl.static_range(S):
         mbarrier.invalidate(ready.index(i))
     rows = row + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
@@ -194,7 +214,7 @@ def shared_layout():
 def launch_fp8_ring(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, y: torch.Tensor, swiglu: bool,
                     cfg: RingGemvConfig, pdl: int = 0, kernel=None) -> torch.Tensor:
     """y [1, N] <- (x [1, K] . W^T) * ws (SwiGLU: silu(gate) * up over W's 2N rows). Inputs were checked by the public
-    wrapper and `usable`. `pdl` is kernels/_pdl.pdl_mode() (0 off, else trigger first and wait before x). `kernel`
+    wrapper and `usable`. `pdl` is kernels/_pdl.pdl_mode() (0 off; else wait before x, and trigger as `ring_pdl` says). `kernel`
     overrides the JIT function (tests). MUTATES y."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -203,5 +223,5 @@ def launch_fp8_ring(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, y: torch
     desc = TensorDescriptor.from_tensor(w.view(torch.int32), [cfg.block_rows, cfg.block_words], shared_layout())
     (kernel or _gemv_fp8_ring_kernel)[(triton.cdiv(n, cfg.block_rows),)](
         desc, x.view(torch.int64), ws, y, n, k // (4 * cfg.block_words), SWIGLU=swiglu, S=cfg.stages,
-        PDL=1 if pdl else 0, num_warps=cfg.num_warps, **launch_options(pdl != 0))
+        PDL=ring_pdl(pdl), num_warps=cfg.num_warps, **launch_options(pdl != 0))
     return y
