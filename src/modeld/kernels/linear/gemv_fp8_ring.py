@@ -201,7 +201,9 @@ def _gemv_fp8_ring_kernel(desc, x_ptr, ws_ptr, y_ptr, N, TILES, SWIGLU: gl.const
     g = gl.sum(acc_g, axis=1) * gl.load(ws_ptr + rows, mask=rmask, other=0.0)
     if SWIGLU:
         u = gl.sum(acc_u, axis=1) * gl.load(ws_ptr + N + rows, mask=rmask, other=0.0)
-        gl.store(y_ptr + rows, (g / (1.0 + gl.exp(-g)) * u).to(y_ptr.dtype.element_ty), mask=rmask)
+        # silu as v2 writes it (g * tl.sigmoid(g) * u, tl.sigmoid = 1 / (1 + exp(-g))): the same approximate fp32
+        # divide and rounding order, so only the summation order differs from v2
+        gl.store(y_ptr + rows, (g * (1.0 / (1.0 + gl.exp(-g))) * u).to(y_ptr.dtype.element_ty), mask=rmask)
     else:
         gl.store(y_ptr + rows, g.to(y_ptr.dtype.element_ty), mask=rmask)
 
