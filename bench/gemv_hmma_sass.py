@@ -49,8 +49,9 @@ def load_order(ins: list[str]) -> str:
                    for o in ops if o.startswith(("LDG", "HMMA")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+def pick_launches():
+    """(label, jit, grid, args, kwargs) of the default pick's int4 hmma GEMV launch at each 27B shape, recorded on CPU
+    tensors (nothing runs); feed args / kwargs to feasibility._compile_offline."""
     import torch
 
     from bench import feasibility as feas
@@ -58,9 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     from modeld.kernels.linear import gemv_hmma as gh
 
     feas._offline_patches([gh])
-    print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
-          "instr/weight | loads / HMMA order | top ops |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, n, k, sw in LINEAR_SHAPES:
         rows = 2 * n if sw else n
         x = torch.empty(1, k, dtype=torch.bfloat16)
@@ -69,6 +67,17 @@ def main(argv: list[str] | None = None) -> int:
         cfg = gh.pick(90, sw, n, k, 132, False)
         jit, grid, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
             x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]
+        yield label, jit, grid, a, kw
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    from bench import feasibility as feas
+
+    print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "
+          "instr/weight | loads / HMMA order | top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, jit, grid, a, kw in pick_launches():
         kern, regs, spill = feas._compile_offline(jit, a, kw)
         ttgir = kern.asm["ttgir"]
         loop = ttgir[ttgir.index("scf.for"):] if "scf.for" in ttgir else ""

@@ -119,25 +119,13 @@ def check(device: str) -> int:
 
 
 def offline() -> int:
-    import torch
-
     import gemv_hmma_sass as hs
     from bench import feasibility as feas
-    from bench.kernels import LINEAR_SHAPES
-    from modeld.kernels.linear import gemv_hmma as gh
 
-    feas._offline_patches([gh])
     nat = natural_kernel()
     print("| shape | kernel | regs | spill B | iteration instr | PRMT | loads / HMMA order |")
     print("|---|---|---|---|---|---|---|")
-    for label, n, k, sw in LINEAR_SHAPES:
-        rows = 2 * n if sw else n
-        x = torch.empty(1, k, dtype=torch.bfloat16)
-        q = torch.empty(rows, k // 2, dtype=torch.uint8)
-        s = torch.empty(rows, k // 128, dtype=torch.float16)
-        cfg = gh.pick(90, sw, n, k, 132, False)
-        jit, _, a, kw = feas._record([gh], lambda: gh.launch_int4_hmma(
-            x, q, s, s, torch.empty(1, n, dtype=torch.bfloat16), sw, 128, cfg))[0]  # the GEMV launch's arguments
+    for label, jit, _, a, kw in hs.pick_launches():
         for tag, kern in (("default", jit), ("natural x pairs", nat)):
             compiled, regs, spill = feas._compile_offline(kern, a, kw)
             ins, _ = hs.iteration(compiled.asm["sass"])
