@@ -216,8 +216,8 @@ def shared_layout():
 def launch_fp8_ring(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, y: torch.Tensor, swiglu: bool,
                     cfg: RingGemvConfig, pdl: int = 0, kernel=None) -> torch.Tensor:
     """y [1, N] <- (x [1, K] . W^T) * ws (SwiGLU: silu(gate) * up over W's 2N rows). Inputs were checked by the public
-    wrapper and `usable`. `pdl` is kernels/_pdl.pdl_mode() (0 off; else wait before x, and trigger as `ring_pdl` says). `kernel`
-    overrides the JIT function (tests). MUTATES y."""
+    wrapper and `usable`. `pdl` is kernels/_pdl.pdl_mode() (0 off; else wait before x, and trigger as `ring_pdl`
+    says). `kernel` overrides the JIT function (tests). MUTATES y."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from modeld.kernels._pdl import launch_options
