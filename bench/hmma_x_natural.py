@@ -33,8 +33,8 @@ import re
 import sys
 import types
 
-sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"),
-                os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(_HERE, "..", "src"), _HERE, os.path.join(_HERE, "..")]
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

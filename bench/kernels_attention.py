@@ -115,8 +115,8 @@ def bench_attention_decode(bsz, length, hq, hkv, dh, reps, gen, tag="", variant=
     if fused is not None and len(fused) > 5 and fused[5]:
         cfg_tag = cfg_tag[:-1] + " fill]"
     cap_tag = f" cap{s_cap}" if cap else ""
-    K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1}{cap_tag} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s", p50, p90,
-              tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
+    K.add_row(f"attention decode{cfg_tag}{tag}", f"B{bsz} len{length + 1}{cap_tag} Hq{hq} Hkv{hkv} Dh{dh}", "TB/s",
+              p50, p90, tbps, "TB/s", tbps / K.CEIL["copy_TBps"], "KV bytes / copy bandwidth",
               "torch SDPA over the cache + gate" if baseline else None, b50, config, bytes=nbytes)
 
 
