@@ -38,6 +38,46 @@ def test_pdl_switch_rejects_unknown_values(monkeypatch):
         _pdl.pdl_mode()
 
 
+@pytest.mark.parametrize("pdl,late,family,want", [("1", None, "hmma", 1), ("1", "", "hmma", 1), ("1", "hmma", "hmma", 2),
+                                                   ("1", "hmma, fp8", "fp8", 2), ("1", "hmma", "fp8", 1),
+                                                   ("0", "hmma", "hmma", 0), ("late", "", "bf16", 2),
+                                                   ("late", "ring", "hmma", 2)])
+def test_gemv_late_trigger_by_family(pdl, late, family, want, monkeypatch):
+    """MODELD_PDL_LATE lists the GEMV families that trigger after their K loop (constexpr 2) while PDL is on; the
+    others keep `pdl_mode`."""
+    monkeypatch.setenv(_pdl.PDL_ENV, pdl)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    if late is None:
+        monkeypatch.delenv(_pdl.LATE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_pdl.LATE_ENV, late)
+    assert _pdl.gemv_pdl_mode(family) == want
+
+
+def test_gemv_late_trigger_rejects_unknown_families(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv(_pdl.LATE_ENV, "hmma,int8")
+    with pytest.raises(KernelValueError, match="MODELD_PDL_LATE: unknown GEMV family int8"):
+        _pdl.gemv_pdl_mode("hmma")
+    monkeypatch.delenv(_pdl.LATE_ENV)
+    with pytest.raises(KernelValueError, match="unknown GEMV family fp4"):
+        _pdl.gemv_pdl_mode("fp4")
+
+
+def test_every_gemv_launch_names_a_known_family():
+    """Each decode-GEMV launcher asks `gemv_pdl_mode` with a family MODELD_PDL_LATE can name (v2 passes its format)."""
+    import inspect
+    import re
+
+    from modeld.kernels.linear import gemv, gemv_fp8_batch, gemv_hmma, gemv_hmma_batch
+    from modeld.kernels.linear import triton as tt
+    named = set()
+    for mod in (gemv_fp8_batch, gemv_hmma, gemv_hmma_batch, tt):
+        named |= set(re.findall(r'gemv_pdl_mode\("([\w-]+)"\)', inspect.getsource(mod)))
+    assert "gemv_pdl_mode(fmt)" in inspect.getsource(gemv.launch_gemv)
+    assert named | {"int4", "fp8", "bf16"} == set(_pdl.GEMV_FAMILIES), named
+
+
 @pytest.mark.parametrize("pdl,light,want", [("1", None, 2), ("1", "", 2), ("1", "0", True), ("1", "1", 2),
                                              ("0", "1", False), ("late", "1", 2)])
 def test_light_switch(pdl, light, want, monkeypatch):

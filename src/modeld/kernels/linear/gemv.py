@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import gemv_pdl_mode, launch_options, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.configs import GemvConfig
 from modeld.kernels.linear.gemv_split import (FUSED_MAX_N, SPLIT_FINISH, SPLIT_FINISH_ENV,  # noqa: F401
@@ -419,7 +419,7 @@ def launch_gemv(fmt: str, x, w, ws, wm, y, swiglu: bool, group: int, cfg: GemvCo
     n = y.shape[1]
     k = x.shape[1]
     split = max(1, cfg.split_k)
-    pdl = pdl_mode()
+    pdl = gemv_pdl_mode(fmt)
     grid = (triton.cdiv(n, cfg.block_n if swiglu else 2 * cfg.block_n), split)
     part, fused, cnt = split_workspace(y, split, grid[0])
     if fmt == "int4":

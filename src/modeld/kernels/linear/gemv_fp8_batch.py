@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import gemv_pdl_mode, launch_options, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block
 from modeld.kernels.linear.gemv_hmma_batch import (MAX_M, _store_tokens, batch_split, finish_batch, occupancy_split,
@@ -293,7 +293,7 @@ def launch_fp8_batch(x, w, ws, y, swiglu: bool, cfg: Fp8BatchConfig, kernel=None
     nc = x.shape[1] // 64
     tiles = triton.cdiv(n, 16 * cfg.blocks)
     split, cpp, part, fused, cnt = batch_split(y, nc, cfg.split_k, tiles)
-    pdl = pdl_mode()
+    pdl = gemv_pdl_mode("fp8-batch")
     (kernel or _gemv_fp8_batch_kernel)[(tiles, split)](
         x.view(torch.int32), w.view(torch.int32), ws, y, part, cnt, m, n, nc, cpp, x.stride(0) // 2, w.stride(0) // 4,
         y.stride(0), n, SWIGLU=swiglu, NB=cfg.blocks, SPLIT=split, EVEN_N=n % (16 * cfg.blocks) == 0,

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import interpreting
-from modeld.kernels._pdl import launch_options, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import gemv_pdl_mode, launch_options, pdl_trigger, pdl_wait
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
@@ -279,7 +279,7 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     grid = (triton.cdiv(rows, 16 * cfg.blocks), split)
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
     fused = fused and not apart
-    pdl = pdl_mode()
+    pdl = gemv_pdl_mode("hmma")
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,

@@ -41,7 +41,7 @@ import triton.language as tl
 
 from modeld.kernels._checks import interpreting
 from modeld.kernels.errors import KernelValueError
-from modeld.kernels._pdl import launch_options, light_kwargs, light_prologue, pdl_mode, pdl_trigger, pdl_wait
+from modeld.kernels._pdl import gemv_pdl_mode, launch_options, light_kwargs, light_prologue, pdl_trigger, pdl_wait
 from modeld.kernels.linear._hmma_fragments import _HMMA_ASM, _HMMA_WORD, _bf16_hi, _bf16_lo, _word_dot, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_hmma import _chunk_words, _row_block, asm_mode
 from modeld.kernels.linear.gemv_split import _batch_split_finish, _finish_rows, reserve_split_counters
@@ -429,7 +429,7 @@ def launch_int4_hmma_batch(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaB
     nc = x.shape[1] // 128
     tiles = triton.cdiv(n, 16 * cfg.blocks)
     split, cpp, part, fused, cnt = batch_split(y, nc, cfg.split_k, tiles)
-    pdl = pdl_mode()
+    pdl = gemv_pdl_mode("hmma-batch")
     (kernel or _gemv_int4_hmma_batch_kernel)[(tiles, split)](
         x.view(torch.int32), w.view(torch.int32), ws, wm, y, part, cnt, m, n, nc, cpp, x.stride(0) // 2,
         w.stride(0) // 4, ws.stride(0), y.stride(0), n, SWIGLU=swiglu, CPG=group // 128, NB=cfg.blocks,

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._checks import check_same_device, check_tensor, interpreting
-from modeld.kernels._pdl import pdl_mode
+from modeld.kernels._pdl import gemv_pdl_mode
 from modeld.kernels._tl import grouped_tile
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import dequant as _dequant
@@ -381,7 +381,8 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         # opt-in (MODELD_GEMV_FP8=ring): the TMA-ring fp8 GEMV at its tuned shapes (gemv_fp8_ring.RING_TUNED)
         rcfg = _gemv_fp8_ring.pick(sm, swiglu, n, k)
         if rcfg is not None and _gemv_fp8_ring.usable(x, w, rcfg):
-            return _gemv_fp8_ring.launch_fp8_ring(x, w, ws, y, swiglu, rcfg, pdl_mode(), kernel=_gemv_fp8_ring_kernel)
+            return _gemv_fp8_ring.launch_fp8_ring(x, w, ws, y, swiglu, rcfg, gemv_pdl_mode("ring"),
+                                                  kernel=_gemv_fp8_ring_kernel)
     if config is None and m == 1 and GEMV_VARIANT == "v2" and _gemv.usable(
             _FMT_NAMES[fmt], x, w, group, tuned=(sm, _FMT_NAMES[fmt], swiglu, n, k) in GEMV_TUNED):
         gcfg = pick_gemv(sm, _FMT_NAMES[fmt], swiglu, n, k, group, interpreting())
