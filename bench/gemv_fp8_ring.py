@@ -307,9 +307,9 @@ def offline() -> int:
                                  ("ffma", (128, 32, 4, 1), False, False), ("ffma", (64, 32, 4, 4), False, True),
                                  ("mma", (128, 128, 4, 2), False, False), ("mma", (256, 128, 2, 4), False, False)):
         c = offline_counts(kind, cfg, sw, fused=fused)
-        print(f"{kind} {cfg} swiglu {sw}{' fused finish' if fused else ''}: regs {c['regs']} smem {c['smem']} loop {c['loop_instr']} instr / "
-              f"{c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f} per weight {c['ops']} "
-              f"atomics {c['atomics']}", flush=True)
+        print(f"{kind} {cfg} swiglu {sw}{' fused finish' if fused else ''}: regs {c['regs']} smem {c['smem']} "
+              f"loop {c['loop_instr']} instr / {c['weights_per_thread']:.0f} weights = {c['instr_per_weight']:.2f} "
+              f"per weight {c['ops']} atomics {c['atomics']}", flush=True)
     return 0
 
 

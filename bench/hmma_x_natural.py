@@ -139,13 +139,7 @@ def kernels(out: str, reps: int) -> int:
 
     from bench import kernels as K
     install_switch()
-    # as bench/kernels.py: PDL off unless the caller sets it. Back to back with PDL on, each replay's early-launched
-    # successor spins beside it, and an instruction cut looked 4x larger than in the engine (session 17)
-    os.environ.setdefault("MODELD_PDL", "0")
-    K.OUT = out
-    os.makedirs(out, exist_ok=True)
-    K.ENV.update(K.environment(os.environ.get("MODELD_COMMIT")))
-    K.ENV["modeld_env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")}
+    K.start_run(out, os.environ.get("MODELD_COMMIT"))  # as bench/kernels.py: PDL off unless the caller sets it
     K.ceilings(reps)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for label, n, k, sw in K.LINEAR_SHAPES:

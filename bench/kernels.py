@@ -378,8 +378,8 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "gemm", "gemm-more", "sweep-gemv", "sweep-attention",
-                          "sweep-gemm")
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "gemm", "gemm-more", "sweep-gemv",
+                          "sweep-attention", "sweep-gemm")
 
 
 def recurrent(out):
@@ -421,6 +421,22 @@ def dry_run(args) -> int:
     return 1 if errors or not ROWS else 0
 
 
+def start_run(out: str, commit: str | None) -> None:
+    """A GPU run's records: rows go to `out`/kernels.json, MODELD_PDL is off unless the caller set it, and ENV (printed)
+    holds the environment block with every MODELD_* switch."""
+    global OUT
+    OUT = out
+    os.makedirs(OUT, exist_ok=True)
+    # Each case replays one kernel back to back: with programmatic dependent launch (on by default in the
+    # engine) a call would start during its own predecessor's tail, which is not the engine's neighbourhood.
+    # Kernels are timed in isolation unless the caller sets MODELD_PDL (sweep-gemv-pdl times the modes). Session 17:
+    # back to back with PDL on, an instruction cut looked 4x larger than in the engine.
+    os.environ.setdefault("MODELD_PDL", "0")
+    ENV.update(environment(commit))
+    ENV["modeld_env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")}
+    print(json.dumps(ENV), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench import kernels_attention as A
     from bench import kernels_sweeps as S
@@ -459,15 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench/kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    OUT = args.out
-    os.makedirs(OUT, exist_ok=True)
-    # Each case replays one kernel back to back: with programmatic dependent launch (on by default in the
-    # engine) a call would start during its own predecessor's tail, which is not the engine's neighbourhood.
-    # Kernels are timed in isolation unless the caller sets MODELD_PDL (sweep-gemv-pdl times the modes).
-    os.environ.setdefault("MODELD_PDL", "0")
-    ENV.update(environment(args.commit))
-    ENV["modeld_env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")}
-    print(json.dumps(ENV), flush=True)
+    start_run(args.out, args.commit)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261129)
     reps = args.reps

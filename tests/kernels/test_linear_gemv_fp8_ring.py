@@ -80,10 +80,11 @@ def test_kernel_compiles_for_sm90_offline():
     """SwiGLU and plain, PDL off, trigger first and trigger late: registers without spills, the TMA copy and the
     mbarrier wait in the K loop, griddepcontrol where PDL is on."""
     code = r'''
-import re, subprocess, os, sys
+import re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
+from bench.feasibility import ptxas_sm90
 from modeld.kernels.linear import gemv_fp8_ring as ring
 for (sm, sw, n, k), cfg in sorted(ring.RING_TUNED.items()):
     for pdl in (0, 1, 2):
@@ -94,13 +95,9 @@ for (sm, sw, n, k), cfg in sorted(ring.RING_TUNED.items()):
                              "num_warps": cfg.num_warps})
         kern = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
         ptx = kern.asm["ptx"]
-        bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-        path = f"/tmp/ring_test_{os.getpid()}.ptx"
-        open(path, "w").write(ptx)
-        r = subprocess.run([os.path.join(bindir, "ptxas"), "-v", "--gpu-name", "sm_90a", path, "-o", path + ".o"],
-                           capture_output=True, text=True)
-        regs = re.search(r"Used (\d+) registers", r.stderr).group(1)
-        spill = sum(map(int, re.findall(r"(\d+) bytes spill", r.stderr)))
+        report, _ = ptxas_sm90(ptx, "ring_test")
+        regs = re.search(r"Used (\d+) registers", report).group(1)
+        spill = sum(map(int, re.findall(r"(\d+) bytes spill", report)))
         print(f"RING sw={int(sw)} n={n} pdl={pdl} regs={regs} spill={spill} tma={ptx.count('cp.async.bulk.tensor')} "
               f"wait={ptx.count('mbarrier.try_wait')} gdc={ptx.count('griddepcontrol')}")
 '''

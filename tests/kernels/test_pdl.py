@@ -19,13 +19,18 @@ from modeld.kernels.linear import triton as lin
 from modeld.kernels.rmsnorm import triton as norm
 
 
+def _set_env(monkeypatch, name: str, value: str | None) -> None:
+    """$name = value for the test; None: unset."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("env,interp,mode", [("1", "0", 1), ("late", "0", 2), ("0", "0", 0), ("", "0", 1),
                                              (None, "0", 1), ("1", "1", 0), ("late", "1", 0), (None, "1", 0)])
 def test_pdl_switch(env, interp, mode, monkeypatch):
-    if env is None:
-        monkeypatch.delenv(_pdl.PDL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(_pdl.PDL_ENV, env)
+    _set_env(monkeypatch, _pdl.PDL_ENV, env)
     monkeypatch.setenv("TRITON_INTERPRET", interp)
     assert _pdl.pdl_mode() == mode and _pdl.pdl_on() is (mode > 0)
     assert _pdl.launch_options(mode > 0) == ({"launch_pdl": True} if mode else {})
@@ -47,10 +52,7 @@ def test_gemv_late_trigger_by_family(pdl, late, family, want, monkeypatch):
     others keep `pdl_mode`."""
     monkeypatch.setenv(_pdl.PDL_ENV, pdl)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    if late is None:
-        monkeypatch.delenv(_pdl.LATE_ENV, raising=False)
-    else:
-        monkeypatch.setenv(_pdl.LATE_ENV, late)
+    _set_env(monkeypatch, _pdl.LATE_ENV, late)
     assert _pdl.gemv_pdl_mode(family) == want
 
 
@@ -85,10 +87,7 @@ def test_light_switch(pdl, light, want, monkeypatch):
     keeps the session-7 True / False constexprs, launched without the attribute."""
     monkeypatch.setenv(_pdl.PDL_ENV, pdl)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    if light is None:
-        monkeypatch.delenv(_pdl.LIGHT_ENV, raising=False)
-    else:
-        monkeypatch.setenv(_pdl.LIGHT_ENV, light)
+    _set_env(monkeypatch, _pdl.LIGHT_ENV, light)
     got = _pdl.light_pdl()
     assert got == want and type(got) is type(want)
     assert _pdl.light_launch(got) == ({"launch_pdl": True} if want == 2 else {})

@@ -85,9 +85,9 @@ def pick(sm: int, swiglu: bool, n: int, k: int) -> RingGemvConfig | None:
 
 
 def ring_pdl(pdl: int) -> int:
-    """The kernel's PDL constexpr for kernels/_pdl.pdl_mode() `pdl`: 0 off; 2 (trigger after the K loop) when pdl is
-    2 (MODELD_PDL=late) or MODELD_RING_PDL is "late"; else 1 (trigger first). Raises KernelValueError for any other
-    MODELD_RING_PDL value."""
+    """The kernel's PDL constexpr for `pdl` = kernels/_pdl.gemv_pdl_mode("ring"): 0 off; 2 (trigger after the K loop)
+    when pdl is 2 (MODELD_PDL=late or MODELD_PDL_LATE lists ring) or MODELD_RING_PDL is "late"; else 1 (trigger
+    first). Raises KernelValueError for any other MODELD_RING_PDL value."""
     v = os.environ.get(RING_PDL_ENV) or "first"
     if v not in ("first", "late"):
         raise KernelValueError(f"{RING_PDL_ENV}={v!r}: expected first or late")
@@ -216,8 +216,8 @@ def shared_layout():
 def launch_fp8_ring(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, y: torch.Tensor, swiglu: bool,
                     cfg: RingGemvConfig, pdl: int = 0, kernel=None) -> torch.Tensor:
     """y [1, N] <- (x [1, K] . W^T) * ws (SwiGLU: silu(gate) * up over W's 2N rows). Inputs were checked by the public
-    wrapper and `usable`. `pdl` is kernels/_pdl.pdl_mode() (0 off; else wait before x, and trigger as `ring_pdl`
-    says). `kernel` overrides the JIT function (tests). MUTATES y."""
+    wrapper and `usable`. `pdl` is kernels/_pdl.gemv_pdl_mode("ring") (0 off; else wait before x, and trigger as
+    `ring_pdl` says). `kernel` overrides the JIT function (tests). MUTATES y."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from modeld.kernels._pdl import launch_options
