@@ -28,13 +28,13 @@ from modeld.kernels.linear import triton as tt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_switch_defaults_to_v2_and_rejects_other_values(monkeypatch):
+def test_switch_defaults_to_ring_and_rejects_other_values(monkeypatch):
     monkeypatch.delenv(ring.FP8_GEMV_ENV, raising=False)
-    assert not ring.routed()
-    monkeypatch.setenv(ring.FP8_GEMV_ENV, "")
-    assert not ring.routed()
-    monkeypatch.setenv(ring.FP8_GEMV_ENV, "ring")
     assert ring.routed()
+    monkeypatch.setenv(ring.FP8_GEMV_ENV, "")
+    assert ring.routed()
+    monkeypatch.setenv(ring.FP8_GEMV_ENV, "v2")
+    assert not ring.routed()
     monkeypatch.setenv(ring.FP8_GEMV_ENV, "rings")
     with pytest.raises(KernelValueError, match="expected v2 or ring"):
         ring.routed()
@@ -62,10 +62,11 @@ def test_switch_on_leaves_cpu_calls_on_the_other_paths(monkeypatch, gen, device)
     assert_close(tt.linear_fp8(x, *ws), ref.linear_fp8(x, *ws), what="fp8 M=1 with MODELD_GEMV_FP8=ring, untuned")
 
 
-@pytest.mark.parametrize("env,pdl,want", [(None, 0, 0), (None, 1, 1), (None, 2, 2), ("first", 1, 1), ("late", 1, 2),
-                                          ("late", 0, 0), ("", 1, 1)])
+@pytest.mark.parametrize("env,pdl,want", [(None, 0, 0), (None, 1, 2), (None, 2, 2), ("first", 1, 1), ("late", 1, 2),
+                                          ("late", 0, 0), ("", 1, 2), ("first", 2, 2)])
 def test_ring_pdl_switch(env, pdl, want, monkeypatch):
-    """MODELD_RING_PDL=late moves the ring's trigger after its K loop (constexpr 2) whenever PDL is on."""
+    """MODELD_RING_PDL: late (the default) puts the ring's trigger after its K loop (constexpr 2) whenever PDL is on;
+    first (constexpr 1) unless MODELD_PDL=late."""
     if env is None:
         monkeypatch.delenv(ring.RING_PDL_ENV, raising=False)
     else:

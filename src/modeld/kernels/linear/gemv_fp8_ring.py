@@ -1,6 +1,6 @@
 """Batch-1 fp8 decode GEMV fed by a TMA ring in shared memory (Gluon, `triton.experimental.gluon`): y = (W x) * scale,
-W e4m3 [N or 2N, K] (SwiGLU: silu(gate) * up), x bf16 [1, K]. Opt-in (`MODELD_GEMV_FP8=ring`), at the shapes of
-RING_TUNED only; elsewhere, and by default, the v2 GEMV (`gemv._gemv_fp8_kernel`) serves M == 1.
+W e4m3 [N or 2N, K] (SwiGLU: silu(gate) * up), x bf16 [1, K]. The M == 1 default at the shapes of RING_TUNED only
+(`MODELD_GEMV_FP8=v2` turns it off); elsewhere the v2 GEMV (`gemv._gemv_fp8_kernel`) serves M == 1.
 
 Why: v2 holds its bytes in flight in registers and its warps wait on their weight loads (61 % of the stall samples
 at in_proj on the first convert of a loaded word). A ring keeps S - 1 weight tiles in flight per program without
@@ -42,10 +42,11 @@ from modeld.kernels.linear.gemv import FP8_WORD_TO_F32_PTX
 __all__ = ["RingGemvConfig", "RING_TUNED", "FP8_GEMV_ENV", "RING_PDL_ENV", "routed", "pick", "usable", "ring_pdl",
            "launch_fp8_ring"]
 
-FP8_GEMV_ENV = "MODELD_GEMV_FP8"  # "v2" (default) or "ring": read on every call
-# "first" (default: trigger the next launch first thing, as every PDL kernel) or "late" (after the K loop): read on
-# every call. With PDL the ring gains less than v2 in the engine (session 17); late keeps early-launched successors
-# from holding SM slots while the ring's programs still run.
+FP8_GEMV_ENV = "MODELD_GEMV_FP8"  # "ring" (default: at the RING_TUNED shapes) or "v2": read on every call
+# "late" (default: trigger the next launch after the K loop) or "first" (first thing, as every other PDL kernel): read
+# on every call. Trigger-first, the ring kept 2.3 % of PDL's gain where v2 keeps 5.7 % (engine, session 17): early-
+# launched successors held SM slots beside its programs; late made the fp8 engine 1.038x v2
+# (KNOWLEDGE/findings/gemv-fp8-ring-x-prefetch-h200.md).
 RING_PDL_ENV = "MODELD_RING_PDL"
 
 
@@ -71,9 +72,9 @@ RING_TUNED: dict[tuple[int, bool, int, int], RingGemvConfig] = {
 
 
 def routed() -> bool:
-    """MODELD_GEMV_FP8: "ring" sends the RING_TUNED fp8 M == 1 shapes to this kernel, "v2" (default, unset or empty)
-    keeps v2. Raises KernelValueError for any other value."""
-    v = os.environ.get(FP8_GEMV_ENV) or "v2"
+    """MODELD_GEMV_FP8: "ring" (default, unset or empty) sends the RING_TUNED fp8 M == 1 shapes to this kernel, "v2"
+    keeps v2 everywhere. Raises KernelValueError for any other value."""
+    v = os.environ.get(FP8_GEMV_ENV) or "ring"
     if v not in ("v2", "ring"):
         raise KernelValueError(f"{FP8_GEMV_ENV}={v!r}: expected v2 or ring")
     return v == "ring"
@@ -86,9 +87,9 @@ def pick(sm: int, swiglu: bool, n: int, k: int) -> RingGemvConfig | None:
 
 def ring_pdl(pdl: int) -> int:
     """The kernel's PDL constexpr for `pdl` = kernels/_pdl.gemv_pdl_mode("ring"): 0 off; 2 (trigger after the K loop)
-    when pdl is 2 (MODELD_PDL=late or MODELD_PDL_LATE lists ring) or MODELD_RING_PDL is "late"; else 1 (trigger
-    first). Raises KernelValueError for any other MODELD_RING_PDL value."""
-    v = os.environ.get(RING_PDL_ENV) or "first"
+    when pdl is 2 (MODELD_PDL=late or MODELD_PDL_LATE lists ring) or MODELD_RING_PDL is "late" (the default, unset or
+    empty); 1 (trigger first) with "first". Raises KernelValueError for any other MODELD_RING_PDL value."""
+    v = os.environ.get(RING_PDL_ENV) or "late"
     if v not in ("first", "late"):
         raise KernelValueError(f"{RING_PDL_ENV}={v!r}: expected first or late")
     if not pdl:

@@ -13,7 +13,7 @@ One kernel, `_matmul_kernel`, specialised by constexpr features:
 int4 g128 / g256 decode calls leave this kernel under the "hmma" policy (`gemv_mma.int4_gemv`): M == 1 for
 `gemv_hmma`, 2 <= M <= 16 for `gemv_hmma_batch` (both mma.sync on exact 128 + q products, no bf16 weight round);
 fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact; MODELD_GEMV_FP8_BATCH=tile: here,
-=mma16: there up to M 16); with MODELD_GEMV_FP8=ring (opt-in) M == 1 fp8 calls at `gemv_fp8_ring.RING_TUNED` shapes
+=mma16: there up to M 16); M == 1 fp8 calls at `gemv_fp8_ring.RING_TUNED` shapes (MODELD_GEMV_FP8=ring, the default; =v2 turns it off)
 take the Gluon TMA-ring GEMV. 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
 paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
@@ -59,7 +59,7 @@ from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, 
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
 from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
-from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon; opt-in)
+from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
@@ -378,7 +378,7 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         return _gemv_mma.launch_int4_mma(x, w, ws, wm, y, swiglu, group, mcfg, kernel=_gemv_int4_mma_kernel,
                                          finish=_gemv_finish_kernel)
     if config is None and m == 1 and fmt == FMT_FP8 and _gemv_fp8_ring.routed():
-        # opt-in (MODELD_GEMV_FP8=ring): the TMA-ring fp8 GEMV at its tuned shapes (gemv_fp8_ring.RING_TUNED)
+        # MODELD_GEMV_FP8=ring (default): the TMA-ring fp8 GEMV at its tuned shapes (gemv_fp8_ring.RING_TUNED)
         rcfg = _gemv_fp8_ring.pick(sm, swiglu, n, k)
         if rcfg is not None and _gemv_fp8_ring.usable(x, w, rcfg):
             return _gemv_fp8_ring.launch_fp8_ring(x, w, ws, y, swiglu, rcfg, gemv_pdl_mode("ring"),
