@@ -44,8 +44,8 @@ __all__ = ["RingGemvConfig", "RING_TUNED", "FP8_GEMV_ENV", "RING_PDL_ENV", "rout
 
 FP8_GEMV_ENV = "MODELD_GEMV_FP8"  # "ring" (default: at the RING_TUNED shapes) or "v2": read on every call
 # "late" (default: trigger the next launch after the K loop) or "first" (first thing, as every other PDL kernel): read
-# on every call. Trigger-first, the ring kept 2.3 % of PDL's gain where v2 keeps 5.7 % (engine, session 17): early-
-# launched successors held SM slots beside its programs; late made the fp8 engine 1.038x v2
+# on every call. Trigger-first, PDL gave the ring +1.9 % where it gives v2 +5.7 % (engine, session 17), likely
+# because early-launched successors held SM slots beside its programs; late made the fp8 engine 1.038x v2
 # (KNOWLEDGE/findings/gemv-fp8-ring-x-prefetch-h200.md).
 RING_PDL_ENV = "MODELD_RING_PDL"
 
