@@ -258,6 +258,7 @@ def gemv_calls(monkeypatch):
     """Counts launches of the v2 GEMV (so a test can prove which kernel served the call), with every
     format on v2 whatever $MODELD_GEMV_V2 says."""
     monkeypatch.setattr(gv, "V2_FORMATS", ("int4", "fp8", "bf16"))
+    monkeypatch.setenv("MODELD_GEMV_FP8", "v2")  # the fp8 TMA-ring GEMV would take its RING_TUNED shapes on the GPU
     monkeypatch.setattr(gv, "V2_MIN_WEIGHTS", 0)  # the small test shapes would stay on v1
     monkeypatch.setattr(gm, "INT4_GEMV", "v2")  # the int4 tensor-core GEMV would take its MMA_TUNED shapes
     calls = []

@@ -130,7 +130,7 @@ GPU_SHAPES = sorted((n, k, sw) for (_, sw, n, k) in ring.RING_TUNED)
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_ring_at_tuned_shapes(n, k, swiglu, gen, device, poisoned_outputs, monkeypatch):
     """Through linear.triton with the switch on (so the ring serves the call), against the spec; PDL off and on
-    bit-identical; the launch is the ring's (its own launcher gives the same y)."""
+    bit-identical; the launch is the ring's (its own launcher gives the same y), and with the switches unset too."""
     x, ws = _problem(n, k, swiglu, gen, device)
     spec = (ref.swiglu_linear_fp8 if swiglu else ref.linear_fp8)(x, *ws)
     monkeypatch.setenv(ring.FP8_GEMV_ENV, "ring")
@@ -146,6 +146,13 @@ def test_gpu_ring_at_tuned_shapes(n, k, swiglu, gen, device, poisoned_outputs, m
     cfg = ring.pick(90, swiglu, n, k)
     direct = ring.launch_fp8_ring(x, *ws, torch.empty(1, n, dtype=torch.bfloat16, device=device), swiglu, cfg)
     assert torch.equal(direct, got[0])
+    # With both switches unset (the defaults) the call is the ring's too
+    monkeypatch.delenv(ring.FP8_GEMV_ENV)
+    monkeypatch.delenv(ring.RING_PDL_ENV)
+    launches = []
+    real = ring.launch_fp8_ring
+    monkeypatch.setattr(ring, "launch_fp8_ring", lambda *a, **kw: launches.append(kw.get("kernel")) or real(*a, **kw))
+    assert torch.equal(fn(x, *ws), got[0]) and len(launches) == 1
 
 
 @pytest.mark.gpu
