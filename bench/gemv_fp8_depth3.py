@@ -117,18 +117,12 @@ def gpu(out_dir: str, reps: int) -> int:
 def offline() -> int:
     """Compile the triple-buffered kernel for sm_90 on this machine at the in_proj shape: registers, spills and the
     global loads of its K loop (v2's double buffer has the same loads per iteration, one tile earlier)."""
-    from bench import feasibility as feas
-    from bench.gemv_sass import _loop_body
-    this = sys.modules[__name__]
+    from bench.gemv_sass import print_offline_loops
     x = torch.empty(1, 5120, dtype=torch.bfloat16)
     w = torch.empty(16384, 5120, dtype=torch.float8_e4m3fn)
     ws = torch.empty(16384)
     y = torch.empty(1, 16384, dtype=torch.bfloat16)
-    for jit, grid, args, kwargs in feas._record([this], lambda: launch(x, w, ws, y, False, 16, 256, 1)):
-        k, regs, spill = feas._compile_offline(jit, args, kwargs)
-        loop = _loop_body(k.asm["sass"])
-        print(f"{jit.__name__} grid {grid}: regs {regs} spill {spill} loop {len(loop)} instr, "
-              f"{sum('LDG' in i for i in loop)} LDG", flush=True)
+    print_offline_loops([sys.modules[__name__]], lambda: launch(x, w, ws, y, False, 16, 256, 1))
     return 0
 
 

@@ -34,6 +34,18 @@ def _loop_body(sass: str) -> list[str]:
     return best
 
 
+def print_offline_loops(modules, thunk) -> None:
+    """Record the launches `thunk` makes of the JIT functions in `modules`, compile each for sm_90 on this machine
+    (no GPU) and print one line per kernel: registers, spills, instructions and global loads of its K loop (the
+    format the bench probes' --offline tests parse)."""
+    from bench import feasibility as feas
+    for jit, grid, args, kwargs in feas._record(modules, thunk):
+        k, regs, spill = feas._compile_offline(jit, args, kwargs)
+        loop = _loop_body(k.asm["sass"])
+        print(f"{jit.__name__} grid {grid}: regs {regs} spill {spill} loop {len(loop)} instr, "
+              f"{sum('LDG' in i for i in loop)} LDG", flush=True)
+
+
 def offline_sass(out: str) -> int:
     """--offline-sass: compile the v1 and v2 M == 1 kernels of every 27B GEMV shape for sm_90 on this
     machine (no GPU; bench/feasibility.py's recorder + offline compile) and count SASS instructions

@@ -135,20 +135,14 @@ def gpu(out_dir: str, reps: int) -> int:
 
 def offline() -> int:
     """Compile the tiled kernel for sm_90 on this machine at the in_proj shape: registers, spills, loop loads."""
-    from bench import feasibility as feas
-    from bench.gemv_sass import _loop_body
+    from bench.gemv_sass import print_offline_loops
     from modeld.kernels.linear import configs as C
-    this = sys.modules[__name__]
     cfg = C.GEMV_TUNED[(90, "fp8", False, 16384, 5120)]
     x = torch.empty(1, 5120, dtype=torch.bfloat16)
     w = torch.empty(16384 // 16, 5120 // 256, 16, 64, dtype=torch.int32)
     ws = torch.empty(16384)
     y = torch.empty(1, 16384, dtype=torch.bfloat16)
-    for jit, grid, args, kwargs in feas._record([this], lambda: launch(x, w, ws, y, False, cfg)):
-        k, regs, spill = feas._compile_offline(jit, args, kwargs)
-        loop = _loop_body(k.asm["sass"])
-        print(f"{jit.__name__} grid {grid}: regs {regs} spill {spill} loop {len(loop)} instr, "
-              f"{sum('LDG' in i for i in loop)} LDG", flush=True)
+    print_offline_loops([sys.modules[__name__]], lambda: launch(x, w, ws, y, False, cfg))
     return 0
 
 
