@@ -50,6 +50,18 @@ def test_chat_completion(client):
     assert u["prompt_tokens"] == body["modeld"]["trace"]["prompt_tokens"] > 10
 
 
+def test_chat_content_as_text_parts_equals_the_string(client):
+    """OpenAI clients may send a message's content as a list of parts: text parts joined with "\n" give the same
+    prompt (and greedy completion) as that string."""
+    parts = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital"},
+                                                                {"type": "text", "text": "of France?"}]}]}
+    joined = {**CHAT, "messages": [{"role": "user", "content": "What is the capital\nof France?"}]}
+    a, b = client.post("/v1/chat/completions", json=parts), client.post("/v1/chat/completions", json=joined)
+    assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+    assert a.json()["usage"] == b.json()["usage"]
+    assert a.json()["choices"][0]["message"] == b.json()["choices"][0]["message"]
+
+
 def test_completion_and_streaming_agree(client):
     req = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0}
     plain = client.post("/v1/completions", json=req).json()
@@ -127,6 +139,12 @@ BAD_CHAT = [
     ("no-messages", {"messages": []}, "messages"),
     ("bad-role", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
     ("content-not-string", {"messages": [{"role": "user", "content": 3}]}, "messages"),
+    ("content-image-part", {"messages": [{"role": "user", "content": [{"type": "image_url",
+                                                                         "image_url": {"url": "x"}}]}]}, "messages"),
+    ("content-no-parts", {"messages": [{"role": "user", "content": []}]}, "messages"),
+    ("content-part-not-object", {"messages": [{"role": "user", "content": ["hi"]}]}, "messages"),
+    ("content-text-part-no-text", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     "messages"),
     ("all-empty", {"messages": [{"role": "user", "content": ""}]}, "messages"),
     ("huge-context", {"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
     ("streaming-overflow", {"messages": [{"role": "user", "content": "word " * 3000}], "stream": True}, "messages"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modeld.serving.contract import MAX_SEED, MAX_STOP_SEQUENCES, SamplingParams
 from modeld.serving.errors import InvalidRequest, Unsupported
@@ -59,7 +59,25 @@ class CompletionRequest(SamplingFields):
 
 class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "tool"]
+    # A string, or OpenAI's list of content parts: text parts are joined with "\n" (as vLLM does); any other part
+    # (image_url, input_audio, ...) is refused by name, since no cell here takes it.
     content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        if not value:
+            raise ValueError("content parts must not be empty")
+        texts = []
+        for i, part in enumerate(value):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"content part {i} is {kind!r}: only text parts {{'type': 'text', 'text': str}} "
+                                 "are supported")
+            texts.append(part["text"])
+        return "\n".join(texts)
 
 
 class ChatRequest(SamplingFields):
