@@ -1,0 +1,182 @@
+"""Long-context TTFT of the qwen3_5 engine beside HF transformers, in ONE process on one copy of the weights.
+
+Two rows of ../shared/design/TARGETS.md that no other bench measures:
+* cold TTFT at --long tokens (TARGETS: <= 3 s bf16 at 32k): prefill + first argmax from an empty slot, best of --runs;
+* the warm prefix hit of an agent turn (TARGETS: <= 50 ms for a 32k prefix and a 100-token suffix): the slot already
+  holds --prefix tokens plus the previous turn's --suffix tokens; a run drops that turn (`truncate` back to the
+  prefix, which restores the GDN checkpoint saved at the prefix's end), prefills the new --suffix tokens and takes
+  the argmax. Timed as a whole (restore + suffix prefill + argmax) and split, best of --runs.
+
+Exactness check (RELIABILITY.md: reuse is exact): the warm logits must equal, bit for bit, those of a cold prefill
+of prefix + suffix. --prefix must be a multiple of --chunk so that both walk the same chunk boundaries.
+
+HF, same weights and GPU, for the baseline column: one cold prefill at --long, then its cache of the prefix
+(deep-copied per run, untimed) continued by the suffix, best of --runs (--no-hf skips it).
+
+Stages: hf_load (the synth weights streamed into HF's model, which every engine is built from), hf_long, then one
+engine_<profile> stage per --profiles entry. Writes $OUT/ttft_long.json after every stage.
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/ttft_long.py --out $OUT            # H200, ~3-4 min
+    dry run (CPU, reference kernels, tiny preset, ~30 s):
+    OMP_NUM_THREADS=1 PYTHONPATH=src:. python bench/ttft_long.py --out /tmp/tl --device cpu --config tiny \\
+        --long 96 --prefix 64 --suffix 5 --chunk 32 --runs 2 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _qwen_common as C  # noqa: E402
+import cert_qwen3_5_27b as cert  # noqa: E402
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    C.add_checkpoint_args(ap)
+    ap.add_argument("--profiles", default="bf16,fp8,int4", help="engine profiles (default bf16,fp8,int4)")
+    ap.add_argument("--long", type=int, default=32768, help="cold TTFT prompt length (default 32768)")
+    ap.add_argument("--prefix", type=int, default=32768, help="warm hit: tokens already in the slot (default 32768)")
+    ap.add_argument("--suffix", type=int, default=100, help="warm hit: new tokens of the turn (default 100)")
+    ap.add_argument("--chunk", type=int, default=2048,
+                    help="the engine's prefill_chunk and checkpoint_every (default 2048); must divide --prefix")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per number, the best is reported (default 3)")
+    ap.add_argument("--no-hf", action="store_true", help="skip HF's timings (its model still holds the weights)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget (recorded; engine stages past it skip)")
+    a = ap.parse_args(argv)
+    if min(a.long, a.prefix, a.suffix, a.chunk, a.runs) < 1 or a.prefix % a.chunk:
+        ap.error("--long, --prefix, --suffix, --chunk and --runs must be >= 1, and --chunk must divide --prefix")
+    return a
+
+
+def prompt(n: int, vocab: int, offset: int = 0) -> list[int]:
+    """Deterministic ids, the family of bench/_qwen_common.ttft_ids (offset: a different turn of the same length)."""
+    return [(7 * i + 3 + offset) % (vocab - 32) + 10 for i in range(n)]
+
+
+def best(samples: list[float]) -> dict:
+    return {"best_s": min(samples), "runs_s": samples}
+
+
+def timed(fn) -> tuple[float, object]:
+    C.sync()
+    t0 = time.perf_counter()
+    out = fn()
+    C.sync()
+    return time.perf_counter() - t0, out
+
+
+def hf_long(R, st) -> dict:
+    """HF: cold prefill at --long; then prefix once with its cache, and per run a deep copy of that cache continued by
+    the suffix (copy untimed)."""
+    import torch
+
+    a, m, vocab = R.args, st.model, st.cfg.vocab
+    ids = lambda toks: torch.tensor([toks], device=st.dev)  # noqa: E731
+    with torch.no_grad():
+        cold, _ = timed(lambda: int(torch.argmax(m(input_ids=ids(prompt(a.long, vocab)), use_cache=True,
+                                                   logits_to_keep=1).logits[0, -1])))
+        out = m(input_ids=ids(prompt(a.prefix, vocab)), use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        del out
+        warm, suffix = [], ids(prompt(a.suffix, vocab, offset=1))
+        for _ in range(a.runs):
+            c = copy.deepcopy(cache)
+            t, _ = timed(lambda: int(torch.argmax(m(input_ids=suffix, past_key_values=c, use_cache=True,
+                                                    logits_to_keep=1).logits[0, -1])))
+            warm.append(t)
+            del c
+        st.hf_warm_logits = m(input_ids=suffix, past_key_values=copy.deepcopy(cache), use_cache=True,
+                              logits_to_keep=1).logits[0, -1].float().cpu()
+    del cache
+    C.release()
+    res = {"cold": {"tokens": a.long, "ttft_s": cold}, "warm": {"prefix": a.prefix, "suffix": a.suffix, **best(warm)}}
+    res["summary"] = f"HF cold TTFT {a.long}: {cold:.2f} s; warm {a.prefix}+{a.suffix}: {min(warm) * 1e3:.1f} ms"
+    return res
+
+
+def engine_long(R, st, profile: str) -> dict:
+    """One engine: cold TTFT at --long, the warm prefix hit (whole and split), and its exactness against a cold
+    prefill of prefix + suffix."""
+    import torch
+
+    a, vocab = R.args, st.cfg.vocab
+    eng, build_s = C.engine_from_hf(st, profile, a.seed, a.workers)
+    eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk, checkpoint_every=a.chunk)
+    long_ids, prefix, turn = prompt(a.long, vocab), prompt(a.prefix, vocab), prompt(a.suffix, vocab, offset=1)
+    last = prompt(a.suffix, vocab, offset=2)  # the previous turn's tokens, dropped by every warm run
+
+    def cold_run(ids):
+        eng.reset_slot(0)
+        return timed(lambda: int(torch.argmax(eng.prefill(0, ids))))[0]
+
+    cold_run(long_ids[: min(a.long, 2 * a.chunk)])  # compiles / autotunes every prefill shape before timing
+    cold = [cold_run(long_ids) for _ in range(a.runs)]
+    eng.reset_slot(0)
+    cold_full_s, _ = timed(lambda: eng.prefill(0, prefix + turn))
+    want = eng.logits[0].clone()
+    eng.reset_slot(0)
+    eng.prefill(0, prefix + last)
+    whole, restore, suffix = [], [], []
+    for _ in range(a.runs):
+        C.sync()
+        t0 = time.perf_counter()
+        eng.truncate(0, a.prefix, prefix)
+        C.sync()
+        t1 = time.perf_counter()
+        int(torch.argmax(eng.prefill(0, turn)))
+        C.sync()
+        t2 = time.perf_counter()
+        whole.append(t2 - t0)
+        restore.append(t1 - t0)
+        suffix.append(t2 - t1)
+        got = eng.logits[0].clone()
+        eng.truncate(0, a.prefix, prefix)
+        eng.prefill(0, last)  # back to "prefix + the previous turn" for the next run
+    diff = float((got - want).abs().max())
+    res = {"build_s": build_s, "chunk": a.chunk, "cold": {"tokens": a.long, **best(cold)},
+           "cold_prefix_plus_suffix_s": cold_full_s,
+           "warm": {"prefix": a.prefix, "suffix": a.suffix, **best(whole), "restore_best_s": min(restore),
+                    "suffix_prefill_best_s": min(suffix)},
+           "warm_vs_cold_logits_max_abs": diff, "warm_equals_cold": diff == 0.0}
+    if getattr(st, "hf_warm_logits", None) is not None:
+        hf = st.hf_warm_logits
+        res["warm_vs_hf"] = {"max_abs": float((got.float().cpu() - hf).abs().max()),
+                             "argmax_equal": int(torch.argmax(got)) == int(torch.argmax(hf))}
+    res["summary"] = (f"cold TTFT {a.long}: {min(cold):.3f} s; warm {a.prefix}+{a.suffix}: {min(whole) * 1e3:.1f} ms "
+                      f"(restore {min(restore) * 1e3:.2f} ms, suffix {min(suffix) * 1e3:.1f} ms); warm == cold logits: "
+                      f"{diff == 0.0} (max|Δ| {diff:.3g})")
+    del eng
+    C.release()
+    return res
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse(argv)
+    os.makedirs(a.out, exist_ok=True)
+    R = C.Run(a, argv, "ttft_long", {"targets": {"cold_ttft_s_bf16_32k": 3.0, "warm_prefix_hit_ttft_s": 0.050}})
+    st = C.hf_engine_state(a, R)
+    st.capacity = max(a.long, a.prefix + 2 * a.suffix) + 64
+    if R.stage("hf_load", cert.hf_load, R, st) is None:
+        return 1
+    if a.no_hf:
+        R.skip("hf_long", "--no-hf")
+    else:
+        R.stage("hf_long", hf_long, R, st)
+    for p in [p for p in a.profiles.split(",") if p]:
+        if R.left() <= 0:
+            R.skip(f"engine_{p}", "budget spent")
+            continue
+        R.stage(f"engine_{p}", engine_long, R, st, p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""bench/ttft_long.py end to end on CPU (tiny preset, reference kernels): the cold and warm-prefix TTFT stages run
+for every profile, the warm hit's logits equal a cold prefill of prefix + suffix bit for bit (the reuse-is-exact
+check the GPU run records), HF's cache continuation agrees with the bf16 engine, and bad lengths are refused."""
+
+from __future__ import annotations
+
+import json
+
+from test_cert_dryrun import BENCH, _run
+
+TINY = ["--device", "cpu", "--config", "tiny", "--workers", "2"]
+
+
+def test_ttft_long_dry_run(tmp_path):
+    out = tmp_path / "tl"
+    r = _run([str(BENCH / "ttft_long.py"), "--out", str(out), "--long", "96", "--prefix", "64", "--suffix", "5",
+              "--chunk", "32", "--runs", "2", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "ttft_long.json").read_text())
+    assert not doc["errors"], doc["errors"]
+    hf = doc["stages"]["hf_long"]
+    assert hf["cold"]["tokens"] == 96 and len(hf["warm"]["runs_s"]) == 2 and hf["warm"]["best_s"] > 0
+    for p in ("bf16", "fp8", "int4"):
+        e = doc["stages"][f"engine_{p}"]
+        assert e["warm_equals_cold"] and e["warm_vs_cold_logits_max_abs"] == 0.0, e
+        w = e["warm"]
+        assert (w["prefix"], w["suffix"], len(w["runs_s"])) == (64, 5, 2)
+        assert w["best_s"] == min(w["runs_s"]) >= w["suffix_prefill_best_s"] > 0 and w["restore_best_s"] > 0
+        assert e["cold"]["best_s"] == min(e["cold"]["runs_s"]) > 0
+    # HF's cache, deep-copied and continued by the suffix, gives the bf16 engine's next token
+    assert doc["stages"]["engine_bf16"]["warm_vs_hf"]["argmax_equal"]
+    assert doc["stages"]["engine_bf16"]["warm_vs_hf"]["max_abs"] < 1.0
+
+
+def test_ttft_long_refuses_a_prefix_off_the_chunk_grid(tmp_path):
+    r = _run([str(BENCH / "ttft_long.py"), "--out", str(tmp_path), "--prefix", "100", "--chunk", "32", *TINY], 60)
+    assert r.returncode == 2 and "--chunk must divide --prefix" in r.stderr
