@@ -157,6 +157,29 @@ def test_malformed_chat_requests(client, name, body, param):
     assert_real_completion(client)
 
 
+UNSUPPORTED_CHAT = [
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ("json-output", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("json-schema", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     "response_format"),
+    ("tools-not-a-list", {"tools": "f"}, "tools"),
+]
+
+
+@pytest.mark.parametrize("name,extra,param", UNSUPPORTED_CHAT, ids=[u[0] for u in UNSUPPORTED_CHAT])
+def test_chat_features_we_lack_are_refused_by_name(client, name, extra, param):
+    """Tools and structured output are refused with a 400 naming the field, never silently ignored."""
+    err = assert_error(client.post("/v1/chat/completions", json={**CHAT, **extra}), param=param)
+    assert err["type"] == ("invalid_request_error" if name == "tools-not-a-list" else "unsupported_error"), err
+    assert_real_completion(client)
+
+
+def test_chat_accepts_empty_tools_and_text_format(client):
+    """What clients send by default (an empty tools list, response_format text) is served as usual."""
+    r = client.post("/v1/chat/completions", json={**CHAT, "tools": [], "response_format": {"type": "text"}})
+    assert r.status_code == 200, r.text
+
+
 def test_clamp_policy_limits_completion(client):
     # The null test cell (same server, same contract path) makes a near-full context cheap.
     prompt = [42] * 2040

@@ -131,6 +131,7 @@ async def completions(request: Request):
 async def chat_completions(request: Request):
     st = _state(request)
     body = await parse_body(request, ChatRequest)
+    body.check_supported()
     loaded = await st.load(body.model)
     messages = [m.model_dump() for m in body.messages]
     tokens = loaded.cell.chat_tokens(messages)

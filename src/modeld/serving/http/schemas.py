@@ -84,6 +84,18 @@ class ChatRequest(SamplingFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=1 << 20)
+    # Accepted so that they are refused by name instead of ignored: an agent that sends tools or asks for JSON output
+    # must not get plain text back as if the request had been honoured.
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def check_supported(self) -> None:
+        """Raise Unsupported naming `tools` (a non-empty list) or `response_format` (a type other than "text")."""
+        if self.tools:
+            raise Unsupported("tools (function calling) are not supported by this server", param="tools")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise Unsupported(f"response_format type {kind!r} is not supported (only 'text')", param="response_format")
 
     @model_validator(mode="after")
     def _alias(self) -> ChatRequest:
