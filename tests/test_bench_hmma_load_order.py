@@ -14,14 +14,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_load_comes_before_the_first_hmma():
+def _table(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)  # offline compile, not the interpreter
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gemv_hmma_sass.py")], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gemv_hmma_sass.py"), *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    orders = re.findall(r"\| ([xWH]+) \|", r.stdout)
-    assert len(orders) == 5, r.stdout
+    return r.stdout
+
+
+def _assert_loads_first(table: str) -> None:
+    orders = re.findall(r"\| ([xWH]+) \|", table)
+    assert len(orders) == 5, table
     for order in orders:
         assert order.count("W") >= 4 and order.count("H") >= 8, order
         assert "H" not in order[:order.rindex("W") + 1] and "H" not in order[:order.rindex("x") + 1], order
+
+
+def test_every_load_comes_before_the_first_hmma():
+    _assert_loads_first(_table())
+
+
+def test_register_cap_reaches_ptxas_and_keeps_the_loads_first():
+    """MODELD_HMMA_MAXNREG=64 (through the real launcher): every 27B shape compiles to <= 64 registers, and the
+    spills do not move a load behind an HMMA."""
+    table = _table("--maxnreg", "64")
+    regs = [int(r) for r in re.findall(r"^\| [^|]+ \| \d+x\d+ \| (\d+) \|", table, re.M)]
+    assert len(regs) == 5 and all(r <= 64 for r in regs), table
+    _assert_loads_first(table)
