@@ -62,6 +62,32 @@ def test_chat_content_as_text_parts_equals_the_string(client):
     assert a.json()["choices"][0]["message"] == b.json()["choices"][0]["message"]
 
 
+def test_echo_returns_the_prompt_before_the_completion(client):
+    """echo=true: the prompt's text comes first (non-streaming: in the text; streaming: as the first chunk), and the
+    completion after it is the one echo=false gives."""
+    req = {"prompt": "The sky is", "max_tokens": 5, "temperature": 0}
+    plain = client.post("/v1/completions", json=req).json()["choices"][0]["text"]
+    echoed = client.post("/v1/completions", json={**req, "echo": True}).json()["choices"][0]["text"]
+    assert echoed == "The sky is" + plain
+    with client.stream("POST", "/v1/completions", json={**req, "echo": True, "stream": True}) as r:
+        events = sse_events(r.iter_lines())
+    assert events[0]["choices"][0]["text"] == "The sky is"
+    assert "".join(e["choices"][0]["text"] for e in events[1:-1]) == plain
+    toks = {**req, "prompt": [504, 3469, 314]}  # token ids: echoed as their detokenized text
+    plain_t = client.post("/v1/completions", json=toks).json()["choices"][0]["text"]
+    echoed_t = client.post("/v1/completions", json={**toks, "echo": True}).json()["choices"][0]["text"]
+    assert echoed_t.endswith(plain_t) and len(echoed_t) > len(plain_t), (echoed_t, plain_t)
+
+
+def test_retrieve_model_by_id_or_alias(client):
+    listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+    assert client.get("/v1/models/smollm2").json() == listed["smollm2"]
+    # any alias, including one with a '/'
+    assert client.get("/v1/models/HuggingFaceTB/SmolLM2-135M-Instruct").json()["id"] == "smollm2"
+    err = assert_error(client.get("/v1/models/no-such-model"), status_range=(404, 404), param="model")
+    assert err["code"] == "ModelNotFound"
+
+
 def test_completion_and_streaming_agree(client):
     req = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0}
     plain = client.post("/v1/completions", json=req).json()

@@ -35,20 +35,36 @@ def _state(request: Request) -> ServerState:
     return request.app.state.modeld
 
 
-@router.get("/v1/models")
-async def list_models(request: Request):
-    st = _state(request)
+async def _models(request: Request) -> list[dict]:
+    """The OpenAI model objects of every artifact present on this host."""
     from modeld.distribution.this_host import all_artifacts
     from starlette.concurrency import run_in_threadpool
 
-    artifacts = await run_in_threadpool(all_artifacts, st.runtime.home)
-    data = [{"id": a.name, "object": "model", "created": 0, "owned_by": "modeld",
+    artifacts = await run_in_threadpool(all_artifacts, _state(request).runtime.home)
+    return [{"id": a.name, "object": "model", "created": 0, "owned_by": "modeld",
              "aliases": list(a.names), "model_id": a.model_id, "weights_id": a.weights_id}
             for a in artifacts if a.present]
-    return {"object": "list", "data": data}
 
 
-async def _run(request: Request, body, tokens, prompt_param: str, chat: bool):
+@router.get("/v1/models")
+async def list_models(request: Request):
+    return {"object": "list", "data": await _models(request)}
+
+
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(request: Request, model: str):
+    """One model object, found by its id or any alias (ids may hold a '/'); ModelNotFound (404) otherwise."""
+    from modeld.distribution.errors import ModelNotFound
+
+    for m in await _models(request):
+        if model == m["id"] or model in m["aliases"]:
+            return m
+    raise ModelNotFound(f"no installed model answers to {model!r} (see GET /v1/models)")
+
+
+async def _run(request: Request, body, tokens, prompt_param: str, chat: bool, echo: str = ""):
+    """One turn on the cell's default session. `echo` (completions with echo=true): the prompt's text, returned
+    before the completion (non-streaming: prefixed to the text; streaming: as the first chunk)."""
     st = _state(request)
     params = body.sampling()
     loaded = await st.load(body.model)
@@ -64,7 +80,7 @@ async def _run(request: Request, body, tokens, prompt_param: str, chat: bool):
         evs = await collect(events)
         trace = evs[-1].trace
         st.metrics.observe_trace(trace)
-        text = "".join(e.text for e in evs)
+        text = echo + "".join(e.text for e in evs)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
                   else {"index": 0, "text": text, "logprobs": None})
         choice["finish_reason"] = trace.finish_reason
@@ -87,6 +103,9 @@ async def _run(request: Request, body, tokens, prompt_param: str, chat: bool):
 
     async def stream():
         sent_first = False
+        if echo:
+            yield sse(chunk(echo, None, True))
+            sent_first = True
         try:
             async for ev in rest:
                 if ev.finish_reason is None:
@@ -121,10 +140,17 @@ async def completions(request: Request):
     else:
         if not body.prompt:
             raise InvalidRequest("prompt must not be empty", param="prompt")
+        loaded = await st.load(body.model)
+        n_vocab = loaded.cell.capabilities().n_vocab
+        if not all(0 <= t < n_vocab for t in body.prompt):  # before admission, and before echo detokenizes them
+            raise InvalidRequest(f"token ids must be integers in [0, {n_vocab})", param="prompt")
         tokens = list(body.prompt)
     if not tokens:
         raise InvalidRequest("prompt tokenizes to nothing", param="prompt")
-    return await _run(request, body, tokens, "prompt", chat=False)
+    echo = ""
+    if body.echo:
+        echo = body.prompt if isinstance(body.prompt, str) else loaded.cell.detokenize(tokens)
+    return await _run(request, body, tokens, "prompt", chat=False, echo=echo)
 
 
 @router.post("/v1/chat/completions")
