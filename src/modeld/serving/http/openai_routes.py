@@ -62,13 +62,15 @@ async def retrieve_model(request: Request, model: str):
     raise ModelNotFound(f"no installed model answers to {model!r} (see GET /v1/models)")
 
 
-async def _run(request: Request, body, tokens, prompt_param: str, chat: bool, echo: str = ""):
-    """One turn on the cell's default session. `echo` (completions with echo=true): the prompt's text, returned
-    before the completion (non-streaming: prefixed to the text; streaming: as the first chunk)."""
+async def _run(request: Request, body, loaded, tokens, prompt_param: str, chat: bool):
+    """One turn on the loaded cell's default session. Completions with echo=true return the prompt's text before
+    the completion (non-streaming: prefixed to the text; streaming: as the first chunk)."""
     st = _state(request)
     params = body.sampling()
-    loaded = await st.load(body.model)
-    st.check_budget(loaded, len(tokens), params, body.context_policy, prompt_param)
+    st.check_prompt(loaded, tokens, params, body.context_policy, prompt_param)
+    echo = ""
+    if not chat and body.echo:  # after check_prompt: token ids are in the vocabulary
+        echo = body.prompt if isinstance(body.prompt, str) else loaded.cell.detokenize(tokens)
     model = body.model or st.runtime.default_model
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
@@ -132,25 +134,14 @@ async def _run(request: Request, body, tokens, prompt_param: str, chat: bool, ec
 async def completions(request: Request):
     st = _state(request)
     body = await parse_body(request, CompletionRequest)
-    if isinstance(body.prompt, str):
-        if not body.prompt.strip():
-            raise InvalidRequest("prompt must not be empty", param="prompt")
-        loaded = await st.load(body.model)
-        tokens = loaded.cell.tokenize(body.prompt, add_special=True)
-    else:
-        if not body.prompt:
-            raise InvalidRequest("prompt must not be empty", param="prompt")
-        loaded = await st.load(body.model)
-        n_vocab = loaded.cell.capabilities().n_vocab
-        if not all(0 <= t < n_vocab for t in body.prompt):  # before admission, and before echo detokenizes them
-            raise InvalidRequest(f"token ids must be integers in [0, {n_vocab})", param="prompt")
-        tokens = list(body.prompt)
+    text = isinstance(body.prompt, str)
+    if not (body.prompt.strip() if text else body.prompt):
+        raise InvalidRequest("prompt must not be empty", param="prompt")
+    loaded = await st.load(body.model)
+    tokens = loaded.cell.tokenize(body.prompt, add_special=True) if text else list(body.prompt)
     if not tokens:
         raise InvalidRequest("prompt tokenizes to nothing", param="prompt")
-    echo = ""
-    if body.echo:
-        echo = body.prompt if isinstance(body.prompt, str) else loaded.cell.detokenize(tokens)
-    return await _run(request, body, tokens, "prompt", chat=False, echo=echo)
+    return await _run(request, body, loaded, tokens, "prompt", chat=False)
 
 
 @router.post("/v1/chat/completions")
@@ -161,4 +152,4 @@ async def chat_completions(request: Request):
     loaded = await st.load(body.model)
     messages = [m.model_dump() for m in body.messages]
     tokens = loaded.cell.chat_tokens(messages)
-    return await _run(request, body, tokens, "messages", chat=True)
+    return await _run(request, body, loaded, tokens, "messages", chat=True)

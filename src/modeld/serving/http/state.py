@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 
 from modeld.serving.contract import SamplingParams, Session, TokenEvent
-from modeld.serving.errors import ContextClamp, ContextOverflow
+from modeld.serving.errors import ContextClamp, ContextOverflow, InvalidRequest
 from modeld.serving.http.metrics import Metrics
 from modeld.serving.http.worker import Admission, acquire_cancellable, turn_events
 from modeld.serving.runtime import LoadedCell, Runtime
@@ -36,10 +36,14 @@ class ServerState:
     async def load(self, model: str | None) -> LoadedCell:
         return await run_in_threadpool(self.runtime.load, model)
 
-    def check_budget(self, loaded: LoadedCell, n_prompt: int, params: SamplingParams,
+    def check_prompt(self, loaded: LoadedCell, tokens: list[int], params: SamplingParams,
                      policy: str | None, prompt_param: str) -> None:
-        """Fail fast (before any streaming starts) on prompt >= n_ctx or a rejected clamp."""
+        """Fail fast (before admission and any streaming) on a token id outside the vocabulary, prompt >= n_ctx or
+        a rejected clamp."""
         caps = loaded.cell.capabilities()
+        if not all(0 <= t < caps.n_vocab for t in tokens):
+            raise InvalidRequest(f"token ids must be integers in [0, {caps.n_vocab})", param=prompt_param)
+        n_prompt = len(tokens)
         if n_prompt >= caps.n_ctx:
             raise ContextOverflow(f"prompt has {n_prompt} tokens; the context holds {caps.n_ctx}",
                                   param=prompt_param)
