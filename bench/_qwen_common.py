@@ -126,9 +126,10 @@ def hf_tf_logits(model, cases: list[tuple[list[int], list[int]]], device):
     return out
 
 
-def ttft_ids(n: int, vocab: int) -> list[int]:
-    """The prompt bench/engine_qwen3_5.ttft uses for length n (so HF and engine see the same)."""
-    return [(7 * i + 3) % (vocab - 32) + 10 for i in range(n)]
+def ttft_ids(n: int, vocab: int, offset: int = 0) -> list[int]:
+    """The prompt bench/engine_qwen3_5.ttft uses for length n (so HF and engine see the same); `offset` shifts every
+    id (another turn of the same length)."""
+    return [(7 * i + 3 + offset) % (vocab - 32) + 10 for i in range(n)]
 
 
 def hf_ttft(model, n: int, vocab: int, device, runs: int = 1) -> dict:

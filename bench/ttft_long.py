@@ -55,11 +55,6 @@ def parse(argv):
     return a
 
 
-def prompt(n: int, vocab: int, offset: int = 0) -> list[int]:
-    """Deterministic ids, the family of bench/_qwen_common.ttft_ids (offset: a different turn of the same length)."""
-    return [(7 * i + 3 + offset) % (vocab - 32) + 10 for i in range(n)]
-
-
 def best(samples: list[float]) -> dict:
     return {"best_s": min(samples), "runs_s": samples}
 
@@ -80,12 +75,12 @@ def hf_long(R, st) -> dict:
     a, m, vocab = R.args, st.model, st.cfg.vocab
     ids = lambda toks: torch.tensor([toks], device=st.dev)  # noqa: E731
     with torch.no_grad():
-        cold, _ = timed(lambda: int(torch.argmax(m(input_ids=ids(prompt(a.long, vocab)), use_cache=True,
+        cold, _ = timed(lambda: int(torch.argmax(m(input_ids=ids(C.ttft_ids(a.long, vocab)), use_cache=True,
                                                    logits_to_keep=1).logits[0, -1])))
-        out = m(input_ids=ids(prompt(a.prefix, vocab)), use_cache=True, logits_to_keep=1)
+        out = m(input_ids=ids(C.ttft_ids(a.prefix, vocab)), use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         del out
-        warm, suffix = [], ids(prompt(a.suffix, vocab, offset=1))
+        warm, suffix = [], ids(C.ttft_ids(a.suffix, vocab, offset=1))
         for _ in range(a.runs):
             c = copy.deepcopy(cache)
             t, _ = timed(lambda: int(torch.argmax(m(input_ids=suffix, past_key_values=c, use_cache=True,
@@ -109,8 +104,9 @@ def engine_long(R, st, profile: str) -> dict:
     a, vocab = R.args, st.cfg.vocab
     eng, build_s = C.engine_from_hf(st, profile, a.seed, a.workers)
     eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk, checkpoint_every=a.chunk)
-    long_ids, prefix, turn = prompt(a.long, vocab), prompt(a.prefix, vocab), prompt(a.suffix, vocab, offset=1)
-    last = prompt(a.suffix, vocab, offset=2)  # the previous turn's tokens, dropped by every warm run
+    long_ids, prefix = C.ttft_ids(a.long, vocab), C.ttft_ids(a.prefix, vocab)
+    turn = C.ttft_ids(a.suffix, vocab, offset=1)
+    last = C.ttft_ids(a.suffix, vocab, offset=2)  # the previous turn's tokens, dropped by every warm run
 
     def cold_run(ids):
         eng.reset_slot(0)
