@@ -233,9 +233,10 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
-def kernel_table(fn, device, top: int = 15, repeat: int = 1) -> list[dict]:
+def kernel_table(fn, device, top: int = 15, repeat: int = 1, total_wanted: bool = False) -> list[dict] | dict:
     """Run fn() `repeat` times under torch.profiler; the `top` entries by self device time (CUDA)
-    or self CPU time (dry run): name, calls, ms per run, share of the summed time."""
+    or self CPU time (dry run): name, calls, ms per run, share of the summed time. total_wanted=True returns
+    {"top": those entries, "summed_ms_per_run": the sum over every entry, "launches_per_run": their calls}."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -252,8 +253,12 @@ def kernel_table(fn, device, top: int = 15, repeat: int = 1) -> list[dict]:
     events = [e for e in avgs if getattr(e, key, 0) > 0]
     total = sum(getattr(e, key) for e in events) or 1.0
     events.sort(key=lambda e: getattr(e, key), reverse=True)
-    return [{"name": e.key[:160], "calls": int(e.count), "ms_per_run": getattr(e, key) / 1e3 / repeat,
+    rows = [{"name": e.key[:160], "calls": int(e.count), "ms_per_run": getattr(e, key) / 1e3 / repeat,
              "share": getattr(e, key) / total} for e in events[:top]]
+    if not total_wanted:
+        return rows
+    return {"top": rows, "summed_ms_per_run": total / 1e3 / repeat,
+            "launches_per_run": sum(int(e.count) for e in events) / repeat}
 
 
 class Run:

@@ -49,6 +49,9 @@ def parse(argv):
     ap.add_argument("--runs", type=int, default=3, help="timed runs per number, the best is reported (default 3)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF's timings (its model still holds the weights)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget (recorded; engine stages past it skip)")
+    ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
+                    help="also profile one warm prefix hit per engine (torch.profiler): the N kernels with the most "
+                         "device time, their summed device time against the hit's wall time (0: off, the default)")
     a = ap.parse_args(argv)
     if min(a.long, a.prefix, a.suffix, a.chunk, a.runs) < 1 or a.prefix % a.chunk:
         ap.error("--long, --prefix, --suffix, --chunk and --runs must be >= 1, and --chunk must divide --prefix")
@@ -136,11 +139,22 @@ def engine_long(R, st, profile: str) -> dict:
         eng.truncate(0, a.prefix, prefix)
         eng.prefill(0, last)  # back to "prefix + the previous turn" for the next run
     diff = float((got - want).abs().max())
+    table = None
+    if a.kernel_table > 0:  # the suffix prefill once more under the profiler: is it host-bound (device sum << wall)?
+        eng.truncate(0, a.prefix, prefix)
+        table = C.kernel_table(lambda: int(torch.argmax(eng.prefill(0, turn))), st.dev, top=a.kernel_table,
+                               total_wanted=True)
+        table["suffix_prefill_wall_s"] = min(suffix)
+        eng.truncate(0, a.prefix, prefix)
+        eng.prefill(0, last)
+        cold_table = C.kernel_table(lambda: cold_run(long_ids), st.dev, top=a.kernel_table, total_wanted=True)
     res = {"build_s": build_s, "chunk": a.chunk, "cold": {"tokens": a.long, **best(cold)},
            "cold_prefix_plus_suffix_s": cold_full_s,
            "warm": {"prefix": a.prefix, "suffix": a.suffix, **best(whole), "restore_best_s": min(restore),
                     "suffix_prefill_best_s": min(suffix)},
            "warm_vs_cold_logits_max_abs": diff, "warm_equals_cold": diff == 0.0}
+    if table is not None:
+        res["warm_kernel_table"], res["cold_kernel_table"] = table, cold_table
     if getattr(st, "hf_warm_logits", None) is not None:
         hf = st.hf_warm_logits
         res["warm_vs_hf"] = {"max_abs": float((got.float().cpu() - hf).abs().max()),
@@ -148,6 +162,9 @@ def engine_long(R, st, profile: str) -> dict:
     res["summary"] = (f"cold TTFT {a.long}: {min(cold):.3f} s; warm {a.prefix}+{a.suffix}: {min(whole) * 1e3:.1f} ms "
                       f"(restore {min(restore) * 1e3:.2f} ms, suffix {min(suffix) * 1e3:.1f} ms); warm == cold logits: "
                       f"{diff == 0.0} (max|Δ| {diff:.3g})")
+    if table is not None:
+        res["summary"] += (f"; kernels (device sum) warm {table['summed_ms_per_run']:.1f} ms in "
+                           f"{table['launches_per_run']:.0f} launches, cold {cold_table['summed_ms_per_run']:.0f} ms")
     del eng
     C.release()
     return res

@@ -1,6 +1,7 @@
 """bench/ttft_long.py end to end on CPU (tiny preset, reference kernels): the cold and warm-prefix TTFT stages run
 for every profile, the warm hit's logits equal a cold prefill of prefix + suffix bit for bit (the reuse-is-exact
-check the GPU run records), HF's cache continuation agrees with the bf16 engine, and bad lengths are refused."""
+check the GPU run records), --kernel-table's profiles are recorded, HF's cache continuation agrees with the bf16
+engine, and bad lengths are refused."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ TINY = ["--device", "cpu", "--config", "tiny", "--workers", "2"]
 def test_ttft_long_dry_run(tmp_path):
     out = tmp_path / "tl"
     r = _run([str(BENCH / "ttft_long.py"), "--out", str(out), "--long", "96", "--prefix", "64", "--suffix", "5",
-              "--chunk", "32", "--runs", "2", *TINY], 240)
+              "--chunk", "32", "--runs", "2", "--kernel-table", "4", *TINY], 300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((out / "ttft_long.json").read_text())
     assert not doc["errors"], doc["errors"]
@@ -27,6 +28,10 @@ def test_ttft_long_dry_run(tmp_path):
         assert (w["prefix"], w["suffix"], len(w["runs_s"])) == (64, 5, 2)
         assert w["best_s"] == min(w["runs_s"]) >= w["suffix_prefill_best_s"] > 0 and w["restore_best_s"] > 0
         assert e["cold"]["best_s"] == min(e["cold"]["runs_s"]) > 0
+        for t in (e["warm_kernel_table"], e["cold_kernel_table"]):  # CPU: self CPU time of the top ops
+            assert 0 < len(t["top"]) <= 4 and t["summed_ms_per_run"] >= sum(r["ms_per_run"] for r in t["top"]) > 0
+            assert t["launches_per_run"] >= len(t["top"])
+        assert e["warm_kernel_table"]["suffix_prefill_wall_s"] == w["suffix_prefill_best_s"]
     # HF's cache, deep-copied and continued by the suffix, gives the bf16 engine's next token
     assert doc["stages"]["engine_bf16"]["warm_vs_hf"]["argmax_equal"]
     assert doc["stages"]["engine_bf16"]["warm_vs_hf"]["max_abs"] < 1.0
