@@ -378,8 +378,8 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "gemm", "gemm-more", "sweep-gemv",
-                          "sweep-attention", "sweep-gemm")
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "suffix", "gemm", "gemm-more",
+                          "sweep-gemv", "sweep-attention", "sweep-suffix", "sweep-suffix-gemm", "sweep-gemm")
 
 
 def recurrent(out):
@@ -497,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     if "prefill" in sections:
         for t in (2048, 8192):
             A.bench_attention_prefill(t, 24, 4, 256, reps, gen)
+    if "suffix" in sections or "sweep-suffix" in sections:
+        A.suffix_section(reps, gen, sweep="sweep-suffix" in sections)
     if "gemm" in sections:
         for label, n, k, sw in (LINEAR_SHAPES[3], LINEAR_SHAPES[0], LINEAR_SHAPES[1]):
             bench_linear(4096, "bf16", label, n, k, sw, reps, gen)

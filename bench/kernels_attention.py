@@ -1,6 +1,6 @@
-"""Attention cases of bench/kernels.py (prefill; split-KV decode: split3 vs fused and the fused
-sweep). Rows go through `bench.kernels.add_row`, so they land in the same table and kernels.json;
-`bench/kernels.py --sections decode,prefill` calls them.
+"""Attention cases of bench/kernels.py (prefill; a suffix over a long prefix, one pass vs split-KV, and the split
+sweep; split-KV decode: split3 vs fused and the fused sweep). Rows go through `bench.kernels.add_row`, so they land
+in the same table and kernels.json; `bench/kernels.py --sections decode,prefill,suffix` calls them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,73 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
     K.add_row(f"attention prefill{tag}", f"T{t} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s", p50, p90, tf, "TFLOP/s",
               tf / K.CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate", "torch SDPA causal GQA + gate", b50,
               dict(att.prefill_config(dh, False).__dict__))
+
+
+# split-KV prefill candidates (attention/configs.PREFILL_SPLIT[Dh] as (BM rows, BN, warps, stages), and
+# PREFILL_SPLIT_WAVES): swept at the warm-hit shape beside the default
+SPLIT_PREFILL_SWEEP = ((64, 64, 4, 2, 2), (128, 64, 8, 2, 2), (64, 64, 4, 3, 2), (64, 32, 4, 3, 2), (64, 64, 4, 2, 1),
+                       (64, 64, 4, 2, 4), (32, 64, 4, 3, 2), (16, 64, 4, 3, 4), (128, 64, 8, 2, 1))
+
+
+@K.guarded
+def bench_attention_suffix(t, start, hq, hkv, dh, reps, gen, variant="auto", cfg=None, baseline=True):
+    """T new tokens over a cached prefix of `start` (an agent turn's suffix): the KV write + attention, in the
+    given $MODELD_ATTN_PREFILL variant (and split config), against the byte floor of reading the prefix's K and V
+    once at copy bandwidth; baseline torch SDPA over the cache with the offset causal mask."""
+    from modeld.kernels.attention import configs as acfg
+    from modeld.kernels.attention import triton as att
+    s_cap = start + t
+    q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
+    k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
+    kc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
+    vc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
+    saved = os.environ.get(att.PREFILL_ENV), acfg.PREFILL_SPLIT.get(dh), acfg.PREFILL_SPLIT_WAVES
+    os.environ[att.PREFILL_ENV] = variant
+    if cfg is not None:
+        acfg.PREFILL_SPLIT[dh] = acfg.AttentionConfig(*cfg[:4], source="sweep")
+        acfg.PREFILL_SPLIT_WAVES = cfg[4]
+    try:
+        p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
+        scfg = acfg.prefill_split_config(dh, False)
+        splits = att.prefill_split_plan(t, hq // hkv, hkv, s_cap, scfg.block_m, scfg.block_n,
+                                        torch.cuda.get_device_properties(0).multi_processor_count
+                                        * acfg.PREFILL_SPLIT_WAVES)
+        meta = {"variant": variant, "splits": splits, **dict(scfg.__dict__), "waves": acfg.PREFILL_SPLIT_WAVES}
+    finally:
+        if saved[0] is None:
+            os.environ.pop(att.PREFILL_ENV, None)
+        else:
+            os.environ[att.PREFILL_ENV] = saved[0]
+        acfg.PREFILL_SPLIT[dh], acfg.PREFILL_SPLIT_WAVES = saved[1], saved[2]
+    b50 = float("nan")
+    if baseline:
+        qs, kcs, vcs = q.transpose(0, 1)[None], kc.transpose(0, 1)[None], vc.transpose(0, 1)[None]
+        mask = torch.arange(s_cap, device="cuda")[None, :] <= (start + torch.arange(t, device="cuda"))[:, None]
+
+        def base(i):
+            o = torch.nn.functional.scaled_dot_product_attention(qs, kcs, vcs, attn_mask=mask, scale=dh**-0.5,
+                                                                 enable_gqa=True)
+            return o * torch.sigmoid(gate.transpose(0, 1)[None])
+        b50, _ = K.time_calls(base, 1, reps)
+    floor_bytes = 2 * s_cap * hkv * dh * 2
+    tbps = floor_bytes / (p50 * 1e-3) / 1e12
+    tag = variant if cfg is None else f"sweep {'x'.join(map(str, cfg))}"
+    K.add_row(f"attention suffix {tag}", f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", "TB/s", p50, p90, tbps,
+              "TB/s", tbps / K.CEIL["copy_TBps"], "K+V of the cache once at copy bandwidth",
+              "torch SDPA, offset causal mask", b50, meta)
+
+
+def suffix_section(reps, gen, sweep=False):
+    """The warm prefix hit's attention (100 tokens over 32k) and a trim's one token, both variants; sweep=True
+    adds SPLIT_PREFILL_SWEEP at the 100-token shape."""
+    for t, start in ((100, 32768), (1, 32767), (100, 8192)):
+        for variant in ("flash", "auto"):
+            bench_attention_suffix(t, start, 24, 4, 256, reps, gen, variant, baseline=variant == "flash")
+    if sweep:
+        for cfg in SPLIT_PREFILL_SWEEP:
+            bench_attention_suffix(100, 32768, 24, 4, 256, reps, gen, "split", cfg, baseline=False)
+            bench_attention_suffix(1, 32767, 24, 4, 256, reps, gen, "split", cfg, baseline=False)
 
 
 # fused decode candidates (attention/configs.FusedDecodeConfig: BN, warps, stages, waves, group) swept

@@ -100,6 +100,29 @@ def sweep_gemm(reps, gen):
             K.bench_linear(4096, fmt, *K.LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
 
 
+# Tiles for the suffix of an agent turn (M ~ 100 tokens: one M block, memory bound on the weights, which the
+# prefill bucket's 128 x 128 tiles stream through only 40 programs at N = 5120). (block_m, block_n, block_k, warps,
+# stages[, tma])
+SUFFIX_GEMM_SWEEP = ((128, 32, 128, 4, 4), (128, 64, 128, 4, 3), (128, 64, 64, 4, 4), (128, 32, 64, 4, 6),
+                     (64, 64, 128, 4, 4), (128, 128, 64, 8, 3), (128, 64, 64, 4, 4, True), (128, 32, 128, 4, 4, True))
+
+
+def sweep_suffix_gemm(reps, gen, m=100):
+    """Every 27B linear at M = m (the warm prefix hit's 100-token suffix) in each format: the default route (with
+    cuBLAS bf16 beside it) and SUFFIX_GEMM_SWEEP's tiles forced through `_matmul_kernel` / the TMA kernel (TMA
+    tiles only for bf16 / fp8: the TMA kernel has no int4)."""
+    from modeld.kernels.linear.configs import TileConfig as C
+    for label, n, k, sw in K.LINEAR_SHAPES:
+        for fmt in ("bf16", "fp8", "int4g128"):
+            K.bench_linear(m, fmt, label, n, k, sw, reps, gen)
+            for c in SUFFIX_GEMM_SWEEP:
+                tma = len(c) > 5 and c[5]
+                if tma and fmt.startswith("int4"):
+                    continue
+                K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(*c[:5], tma=tma), tag=" [sweep]",
+                               baseline=False)
+
+
 def gemv_ab(reps, gen, sweep=False, ab=True):
     """ab: old (v1, `_matmul_kernel` M == 1) vs new (v2, linear/gemv.py) int4 / fp8 GEMV at every
     27B shape, interleaved per shape so both see the same clocks (cuBLAS bf16 beside v2).
@@ -377,3 +400,5 @@ def gemv_sections(sections, reps, gen, dry=False):
         gemv_size_ceiling(reps, gen)
     if "mid-m" in sections:
         mid_m(reps, gen, dry=dry)
+    if "sweep-suffix-gemm" in sections:
+        sweep_suffix_gemm(reps, gen)

@@ -101,6 +101,57 @@ def test_prefill_matches_reference(t, start, hq, hkv, dh, s_cap, gated, gen, dev
     _check_prefill(t, start, hq, hkv, dh, s_cap, gated, gen, device)
 
 
+# Split-KV prefill (few new tokens over a long prefix). Under the interpreter: 16-row / 16-key tiles and 8
+# pretend SMs x 2 waves, so these plans have 2-8 splits. (T, start, Hq, Hkv, Dh, S, gated)
+SPLIT_CASES = [
+    (5, 90, 6, 1, 64, 100, True),  # GQA 6 rows packed: 30 rows in 2 blocks, 4 splits, the last one empty
+    (40, 60, 2, 2, 32, 100, False),  # split 1 starts past the first rows' positions: those rows get weight 0 there
+    (1, 299, 24, 4, 256, 300, True),  # one token (a trim's re-evaluation) with qwen3_5 heads: 4 rows per KV head
+    (20, 0, 4, 2, 32, 20, False),  # no prefix: every key is one of the new tokens
+    (17, 200, 3, 3, 64, 217, True),  # MHA, a block boundary inside the new tokens
+]
+
+
+@pytest.fixture(params=["flash", "split", "auto"])
+def prefill_variant(request, monkeypatch):
+    """Runs the test once per prefill variant (through $MODELD_ATTN_PREFILL, as benches select it) and counts
+    the split passes taken."""
+    monkeypatch.setenv(tt.PREFILL_ENV, request.param)
+    calls = []
+    real = tt._prefill_split
+    monkeypatch.setattr(tt, "_prefill_split", lambda *a: calls.append(a[-1]) or real(*a))
+    return request.param, calls
+
+
+@pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", SPLIT_CASES,
+                         ids=[f"T{c[0]}-start{c[1]}-Hq{c[2]}-Hkv{c[3]}-Dh{c[4]}" for c in SPLIT_CASES])
+def test_split_prefill_matches_reference(t, start, hq, hkv, dh, s_cap, gated, prefill_variant, gen, device,
+                                         poisoned_outputs):
+    variant, calls = prefill_variant
+    _check_prefill(t, start, hq, hkv, dh, s_cap, gated, gen, device)
+    splits = tt.prefill_split_plan(t, hq // hkv, hkv, start + t, 16, 16, 16)
+    assert splits >= 2, "the case must exercise the split pass"
+    one_pass_fills = -(-t // 16) * hq >= 8  # the interpreter's 16-query one-pass grid covers its 8 SMs
+    taken = variant == "split" or (variant == "auto" and not one_pass_fills)
+    assert calls == ([splits] if taken else [])
+
+
+def test_prefill_split_plan():
+    # 27B warm hit: 100 tokens x GQA 6 = 600 rows in 10 blocks of 64, 4 KV heads, 264 slots -> 4 splits (160 programs)
+    assert tt.prefill_split_plan(100, 6, 4, 32868, 64, 64, 264) == 4
+    assert tt.prefill_split_plan(1, 6, 4, 32768, 64, 64, 264) == 64  # one token: decode-like, capped at 64
+    assert tt.prefill_split_plan(2048, 6, 4, 32768, 64, 64, 264) == 1  # a full chunk fills the GPU on its own
+    assert tt.prefill_split_plan(1, 6, 4, 100, 64, 64, 264) == 2  # never more splits than key blocks
+
+
+def test_prefill_variant_switch(monkeypatch):
+    monkeypatch.setenv(tt.PREFILL_ENV, "nope")
+    with pytest.raises(KernelValueError, match="MODELD_ATTN_PREFILL"):
+        tt.prefill_variant()
+    monkeypatch.delenv(tt.PREFILL_ENV)
+    assert tt.prefill_variant() == "auto"
+
+
 # (B, Hq, Hkv, Dh, S, cache_lens, gated)
 DECODE_CASES = [
     (1, 6, 1, 64, 100, (63,), True),
@@ -246,6 +297,16 @@ def test_bad_inputs_raise(device):
 @pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
 def test_gpu_prefill(t, start, hq, hkv, dh, gated, gen, device, poisoned_outputs):
     _check_prefill(t, start, hq, hkv, dh, start + t + 17, gated, gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t,start", [(100, 32768), (1, 32767), (37, 8000), (500, 30000)])
+@pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
+def test_gpu_prefill_over_a_long_prefix(t, start, hq, hkv, dh, gated, prefill_variant, gen, device, poisoned_outputs):
+    """An agent turn's suffix over a long cached prefix, each variant (auto takes the split pass here)."""
+    variant, calls = prefill_variant
+    _check_prefill(t, start, hq, hkv, dh, start + t + 17, gated, gen, device)
+    assert bool(calls) == (variant != "flash"), calls
 
 
 @pytest.mark.gpu

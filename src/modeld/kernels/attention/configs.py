@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AttentionConfig", "FusedDecodeConfig", "PREFILL", "DECODE", "DECODE_FUSED", "prefill_config",
-           "decode_config", "fused_decode_config"]
+__all__ = ["AttentionConfig", "FusedDecodeConfig", "PREFILL", "PREFILL_SPLIT", "PREFILL_SPLIT_WAVES", "DECODE",
+           "DECODE_FUSED", "prefill_config", "prefill_split_config", "decode_config", "fused_decode_config"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,14 @@ PREFILL: dict[int, AttentionConfig] = {
     128: AttentionConfig(128, 64, 8, 3),
     64: AttentionConfig(128, 64, 4, 3),
 }
+# The split-KV prefill (few new tokens over a long prefix; attention._prefill_split): block_m counts rows of
+# (token, query head of the group) pairs. Unmeasured until bench/kernels.py's "suffix" rows have swept it.
+PREFILL_SPLIT: dict[int, AttentionConfig] = {
+    256: AttentionConfig(64, 64, 4, 2),
+    128: AttentionConfig(64, 64, 4, 3),
+    64: AttentionConfig(64, 64, 4, 3),
+}
+PREFILL_SPLIT_WAVES = 2  # programs to aim for per SM (the split count fills SM count x waves)
 DECODE: dict[int, AttentionConfig] = {
     256: AttentionConfig(16, 64, 8, 3, source="H200 sweep: 40.2 us at 32k (0.78 of byte floor), 16.7 us at 8k"),
     128: AttentionConfig(16, 64, 4, 3),
@@ -73,6 +81,12 @@ def prefill_config(head_dim: int, interpreting: bool) -> AttentionConfig:
     if interpreting:
         return _INTERPRETER
     return PREFILL.get(head_dim) or AttentionConfig(64, 32, 4, 2, source="fallback")
+
+
+def prefill_split_config(head_dim: int, interpreting: bool) -> AttentionConfig:
+    if interpreting:
+        return _INTERPRETER
+    return PREFILL_SPLIT.get(head_dim) or AttentionConfig(32, 32, 4, 2, source="fallback")
 
 
 def decode_config(head_dim: int, interpreting: bool) -> AttentionConfig:

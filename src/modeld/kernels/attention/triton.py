@@ -5,6 +5,11 @@ Kernels:
   start + t; decode: position cache_lens[b]; writes at positions >= S are dropped, never wrapped).
 * `_prefill_kernel`   flash-attention forward: one program per (BLOCK_M queries, query head),
   online softmax in fp32 (exp2 domain), keys read from the cache (prefix + the new tokens).
+* `_prefill_split_kernel` (attention._prefill_split) + `_decode_combine_kernel`: the same prefill as split-KV
+  passes when `_prefill_kernel`'s grid would leave SMs idle over a long prefix (an agent turn's suffix): one
+  program per (rows of token x GQA head, KV head, slice of the keys), then the merge below.
+  $MODELD_ATTN_PREFILL (read per call): "auto" (default) takes it when the plan has >= 2 splits and the
+  one-pass grid is under one wave; "flash" never; "split" whenever the plan has >= 2 splits.
 * `_decode_split_kernel` + `_decode_combine_kernel`: flash-decoding. Phase 1: one program per
   (sequence, KV head, split) handles all Hq/Hkv query heads of the group against one slice of the
   cache (K/V read once per group) and writes a partial output and its log2-sum-exp; phase 2 merges
@@ -34,7 +39,9 @@ from modeld.kernels._pdl import light_kwargs
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
 from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
-from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config
+from modeld.kernels.attention._prefill_split import _prefill_split_kernel, prefill_split_plan
+from modeld.kernels.attention import configs as _configs
+from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config, prefill_split_config
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 
 __all__ = ["attention_prefill", "attention_decode"]
@@ -47,6 +54,8 @@ _LOG2E = 1.4426950408889634
 DECODE_ENV = "MODELD_ATTN_DECODE"
 DECODE_VARIANTS = ("split3", "fused")
 DECODE_VARIANT = "fused"
+PREFILL_ENV = "MODELD_ATTN_PREFILL"
+PREFILL_VARIANTS = ("auto", "flash", "split")
 
 
 @triton.jit
@@ -214,6 +223,16 @@ def attention_prefill(
         0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
     cfg = prefill_config(dh, interpreting())
     g = gate if gate is not None else q
+    variant = prefill_variant()
+    if variant != "flash":
+        scfg = prefill_split_config(dh, interpreting())
+        one_pass = triton.cdiv(t, cfg.block_m) * hq
+        sms = _sm_count(device)
+        slots = sms * _configs.PREFILL_SPLIT_WAVES  # read per call: benches sweep it
+        splits = prefill_split_plan(t, hq // hkv, hkv, start + t, scfg.block_m, scfg.block_n, slots)
+        if splits >= 2 and (variant == "split" or one_pass < sms):
+            _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
+            return o
     _prefill_kernel[(triton.cdiv(t, cfg.block_m), hq)](
         q, g, k_cache, v_cache, o, t, start, scale * _LOG2E,
         q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
@@ -221,6 +240,31 @@ def attention_prefill(
         GQA=hq // hkv, HAS_GATE=gate is not None, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return o
+
+
+def prefill_variant() -> str:
+    """The prefill variant: $MODELD_ATTN_PREFILL if set, else "auto". Raises KernelValueError."""
+    variant = os.environ.get(PREFILL_ENV, "") or "auto"
+    if variant not in PREFILL_VARIANTS:
+        raise KernelValueError(f"{PREFILL_ENV}={variant!r}: expected one of {', '.join(PREFILL_VARIANTS)}")
+    return variant
+
+
+def _prefill_split(q, g, has_gate: bool, k_cache, v_cache, o, start: int, scale: float, cfg, splits: int) -> None:
+    """Split-KV passes of a prefill whose K/V rows are already in the cache. MUTATES o."""
+    t, hq, dh = q.shape
+    hkv = k_cache.shape[1]
+    gqa = hq // hkv
+    part_o = torch.empty((t, hq, splits, dh), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((t, hq, splits), dtype=torch.float32, device=q.device)
+    _prefill_split_kernel[(triton.cdiv(t * gqa, cfg.block_m), hkv, splits)](
+        q, k_cache, v_cache, part_o, part_lse, t, start, scale * _LOG2E, hq,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        GQA=gqa, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_SPLITS=splits,
+        DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    _decode_combine_kernel[(t, hq)](
+        part_o, part_lse, g, o, hq, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        NUM_SPLITS=splits, HEAD_DIM=dh, HAS_GATE=has_gate, num_warps=4 if dh >= 128 else 2)
 
 
 def _sm_count(device: torch.device) -> int:

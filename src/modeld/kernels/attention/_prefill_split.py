@@ -1,0 +1,84 @@
+"""Split-KV prefill: few new tokens over a long cached prefix (an agent turn's suffix, a trim's re-evaluation).
+
+`_prefill_kernel` runs one program per (128 queries, query head): a 100-token suffix over a 32k prefix gives 24
+programs on 132 SMs, each streaming its KV head's whole cache alone (27B, H200: 1.24 ms per layer, about 0.1 TB/s;
+KNOWLEDGE/findings/warm-prefix-hit-is-device-bound-h200.md). Here one program takes BLOCK_M rows of
+(token, query head of the GQA group) pairs of ONE KV head, so the group's queries share every K/V tile, and the
+key range [0, start + T) is cut into NUM_SPLITS slices, one program per slice (flash-decoding's split, plus the
+causal mask of the new tokens). Each program writes a normalised partial output and its log2-sum-exp;
+`attention.triton._decode_combine_kernel` merges the splits of each (token, query head) and applies the gate.
+
+Grid: (m blocks, KV heads, splits) with the m blocks fastest, so the programs that run together read the same K/V
+slice (L2 serves the repeats).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from modeld.kernels.attention._flash import store_split_partial
+
+__all__ = ["_prefill_split_kernel", "prefill_split_plan"]
+
+
+@triton.jit
+def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_scale, HQ,
+                          stride_qt, stride_qh, stride_cs, stride_ch,
+                          GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          NUM_SPLITS: tl.constexpr, DOT_F32: tl.constexpr):
+    pid_m = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row = token * GQA + head within the group
+    r_ok = r < T * GQA
+    t = r // GQA
+    head = kvh * GQA + r % GQA
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + t[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=r_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    q_pos = start + t  # rows past T have q = 0 and see only keys < hi: finite scores, never stored
+    # The split grid covers every key of the call, the same for all m blocks; this block sees keys < hi.
+    chunk = tl.cdiv(tl.cdiv(start + T, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    hi = start + tl.minimum(pid_m * BLOCK_M + BLOCK_M - 1, T * GQA - 1) // GQA + 1
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, hi)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    base = kvh * stride_ch
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < hi
+        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale  # log2 units
+        s = tl.where(n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None]), s, float("-inf"))
+        # A row whose first tile here lies wholly in its future gets m = -inf and NaN state; keys only grow, so it
+        # sees no key in this split at all, and store_split_partial gives it weight 0 (l > 0 is false for NaN).
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    row = (t * HQ + head) * NUM_SPLITS + split  # partials [T, Hq, NUM_SPLITS, (Dh)]
+    store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, r_ok, d, HEAD_DIM)  # no key here: weight 0
+
+
+def prefill_split_plan(t: int, gqa: int, hkv: int, keys: int, block_m: int, block_n: int, slots: int,
+                       max_splits: int = 64) -> int:
+    """Splits of the key range for T new tokens over `keys` = start + T cached keys: the largest power of two that
+    keeps (m blocks x Hkv x splits) within `slots` programs (SM count x waves), at most one split per BLOCK_N keys
+    and at most max_splits. 1 means the split pass has nothing to gain over `_prefill_kernel`'s grid."""
+    base = triton.cdiv(t * gqa, block_m) * hkv
+    want = max(1, min(slots // base, triton.cdiv(keys, block_n), max_splits))
+    return 1 << (want.bit_length() - 1)
