@@ -7,7 +7,6 @@ the SASS of one loop iteration (the common part plus one of the two accumulator 
 weight (KNOWLEDGE/optimizations/gemv-int4-mma-sync.md):
 
     PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py            # ~1 min on CPU
-    PYTHONPATH=src:. python3 bench/gemv_hmma_sass.py --maxnreg 64   # under a register cap (MODELD_HMMA_MAXNREG)
 """
 
 from __future__ import annotations
@@ -73,11 +72,7 @@ def pick_launches():
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--maxnreg", type=int, default=None,
-                    help="compile under this register cap (sets MODELD_HMMA_MAXNREG, passed by the launcher to ptxas)")
-    args = ap.parse_args(argv)
-    if args.maxnreg is not None:
-        os.environ["MODELD_HMMA_MAXNREG"] = str(args.maxnreg)
+    ap.parse_args(argv)
     from bench import feasibility as feas
 
     print("| shape | grid | regs | spill B | loop: convert/smem | evict_first loads | iteration instr | weights/thread | "

@@ -203,35 +203,3 @@ def test_gpu_hmma_agrees_with_v2(n, k, swiglu, gen, device):
     scale = y_v2.abs().max().item()
     assert (y_h - y_v2).abs().max().item() <= 1e-4 * scale
 
-
-@pytest.mark.parametrize("env,interp,want", [(None, "0", None), ("", "0", None), ("64", "0", 64), ("64", "1", None)])
-def test_maxnreg_switch(env, interp, want, monkeypatch):
-    """MODELD_HMMA_MAXNREG: the register cap for ptxas, none when unset and always none in the interpreter."""
-    if env is None:
-        monkeypatch.delenv(gh.MAXNREG_ENV, raising=False)
-    else:
-        monkeypatch.setenv(gh.MAXNREG_ENV, env)
-    monkeypatch.setenv("TRITON_INTERPRET", interp)
-    assert gh.maxnreg() == want
-
-
-@pytest.mark.parametrize("bad", ["64k", "-1", "8", "256"])
-def test_maxnreg_switch_rejects_bad_values(bad, monkeypatch):
-    monkeypatch.setenv(gh.MAXNREG_ENV, bad)
-    with pytest.raises(KernelValueError, match="MODELD_HMMA_MAXNREG"):
-        gh.maxnreg()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:5],
-                         ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES[:5]])
-def test_gpu_hmma_register_cap_is_bit_identical(n, k, swiglu, gen, device, monkeypatch):
-    """Under MODELD_HMMA_MAXNREG=64 the pick spills a few registers (offline: 24 bytes) but computes the same bits."""
-    x, ws = int4_problem(n, k, 128, swiglu, gen, device)
-    cfg = gh.pick(90, swiglu, n, k, 132, False)
-    got = []
-    for cap in ("", "64"):
-        monkeypatch.setenv(gh.MAXNREG_ENV, cap)
-        got.append(gh.launch_int4_hmma(x, *ws, torch.empty(1, n, dtype=torch.float32, device=device), swiglu, 128,
-                                       cfg))
-    assert torch.equal(got[0], got[1])

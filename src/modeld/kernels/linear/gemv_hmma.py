@@ -43,16 +43,12 @@ from modeld.kernels.linear import gemv_split as _split
 from modeld.kernels.linear._hmma_fragments import X_PLAIN, _chunk, _x_load, _x_pairs
 from modeld.kernels.linear.gemv_split import _gemv_finish_kernel, _store_rows
 
-__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "MAXNREG_ENV", "asm_mode", "maxnreg", "usable", "pick",
-           "launch_int4_hmma"]
+__all__ = ["HmmaGemvConfig", "MAX_GROUPS", "X_LOAD_ENV", "asm_mode", "usable", "pick", "launch_int4_hmma"]
 
 # A program's 128-k chunks each own one accumulator column (8 per accumulator, two accumulators).
 MAX_GROUPS = 16
 X_LOAD_ENV = "MODELD_HMMA_X_LOAD"
-# A register cap for ptxas (opt-in, for A/Bs; unset = none). At its 72 registers the kernel fits 7 CTAs of 128 threads
-# per SM (43.75 % occupancy, ~1 eligible warp: findings/gemv-m1-ncu-anatomy-h200.md); 64 fits 8, at 24 bytes of spill
-# and 16-17 more instructions per iteration (offline, session 18). Read per call.
-MAXNREG_ENV = "MODELD_HMMA_MAXNREG"
+# No ptxas register cap: 64 (8 CTAs per SM instead of 7) measured slower, KNOWLEDGE/dead-ends/hmma-register-cap-64.md.
 
 
 @dataclass(frozen=True)
@@ -87,17 +83,6 @@ def pick(sm: int, swiglu: bool, n: int, k: int, n_sms: int, interp: bool) -> Hmm
         split += 1
     return HmmaGemvConfig(4, 4, split, source="H200 sweeps 2026-11-29 s5/s6 rule", weight_policy="evict_first",
                           gate_up_apart=swiglu)
-
-
-def maxnreg() -> int | None:
-    """MODELD_HMMA_MAXNREG: the register cap passed to ptxas (an integer in [24, 255]), or None (unset / empty: none;
-    always None in the interpreter). Raises KernelValueError for anything else."""
-    v = os.environ.get(MAXNREG_ENV) or ""
-    if not v:
-        return None
-    if not v.isdigit() or not 24 <= int(v) <= 255:
-        raise KernelValueError(f"{MAXNREG_ENV}={v!r}: expected an integer register count in [24, 255]")
-    return None if interpreting() else int(v)
 
 
 def asm_mode() -> bool | int:
@@ -296,13 +281,11 @@ def launch_int4_hmma(x, w, ws, wm, y, swiglu: bool, group: int, cfg: HmmaGemvCon
     part, fused, cnt = _split.split_workspace(y, split, grid[0])
     fused = fused and not apart
     pdl = gemv_pdl_mode("hmma")
-    cap = maxnreg()
     (kernel or _gemv_int4_hmma_kernel)[grid](
         x.view(torch.int32), x, w.view(torch.int32), ws, wm, y, part, cnt, rows, n, nc, cpp, w.stride(0) // 4,
         ws.stride(0), n, SWIGLU=swiglu and not apart, CPG=group // 128, NB=cfg.blocks, SPLIT=split,
         EVEN_N=rows % (16 * cfg.blocks) == 0, ASM=asm_mode(), FUSED=fused, POLICY=cfg.weight_policy,
         PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **launch_options(pdl != 0),
-        **({"maxnreg": cap} if cap else {}),
     )
     _split.finish_split(part, y, split, swiglu, fused, finish or _gemv_finish_kernel)
     return y
