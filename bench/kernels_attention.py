@@ -34,8 +34,8 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
               dict(att.prefill_config(dh, False).__dict__))
 
 
-# split-KV prefill candidates (attention/configs.PREFILL_SPLIT[Dh] as (BM rows, BN, warps, stages), and
-# PREFILL_SPLIT_WAVES): swept at the warm-hit shape beside the default
+# split-KV prefill candidates (attention/configs.PREFILL_SPLIT[Dh] / PREFILL_SPLIT_FEW[Dh] as (BM rows, BN, warps,
+# stages, waves)): swept at the warm-hit shape and at one token beside the default
 SPLIT_PREFILL_SWEEP = ((64, 64, 4, 2, 2), (128, 64, 8, 2, 2), (64, 64, 4, 3, 2), (64, 32, 4, 3, 2), (64, 64, 4, 2, 1),
                        (64, 64, 4, 2, 4), (32, 64, 4, 3, 2), (16, 64, 4, 3, 4), (128, 64, 8, 2, 1))
 
@@ -43,8 +43,9 @@ SPLIT_PREFILL_SWEEP = ((64, 64, 4, 2, 2), (128, 64, 8, 2, 2), (64, 64, 4, 3, 2),
 @K.guarded
 def bench_attention_suffix(t, start, hq, hkv, dh, reps, gen, variant="auto", cfg=None, baseline=True):
     """T new tokens over a cached prefix of `start` (an agent turn's suffix): the KV write + attention, in the
-    given $MODELD_ATTN_PREFILL variant (and split config), against the byte floor of reading the prefix's K and V
-    once at copy bandwidth; baseline torch SDPA over the cache with the offset causal mask."""
+    given $MODELD_ATTN_PREFILL variant (and split tile, forced into both split tables), against its roofline: the
+    larger of reading the cache's K and V once at copy bandwidth and its FLOPs at the cuBLAS rate (100 tokens x 6
+    heads per KV head make it compute-bound); baseline torch SDPA over the cache with the offset causal mask."""
     from modeld.kernels.attention import configs as acfg
     from modeld.kernels.attention import triton as att
     s_cap = start + t
@@ -53,24 +54,20 @@ def bench_attention_suffix(t, start, hq, hkv, dh, reps, gen, variant="auto", cfg
     k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
     kc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
     vc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
-    saved = os.environ.get(att.PREFILL_ENV), acfg.PREFILL_SPLIT.get(dh), acfg.PREFILL_SPLIT_WAVES
+    saved = os.environ.get(att.PREFILL_ENV), acfg.PREFILL_SPLIT.get(dh), acfg.PREFILL_SPLIT_FEW.get(dh)
     os.environ[att.PREFILL_ENV] = variant
     if cfg is not None:
-        acfg.PREFILL_SPLIT[dh] = acfg.AttentionConfig(*cfg[:4], source="sweep")
-        acfg.PREFILL_SPLIT_WAVES = cfg[4]
+        acfg.PREFILL_SPLIT[dh] = acfg.PREFILL_SPLIT_FEW[dh] = acfg.AttentionConfig(*cfg, source="sweep")
     try:
         p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
-        scfg = acfg.prefill_split_config(dh, False)
-        splits = att.prefill_split_plan(t, hq // hkv, hkv, s_cap, scfg.block_m, scfg.block_n,
-                                        torch.cuda.get_device_properties(0).multi_processor_count
-                                        * acfg.PREFILL_SPLIT_WAVES)
-        meta = {"variant": variant, "splits": splits, **dict(scfg.__dict__), "waves": acfg.PREFILL_SPLIT_WAVES}
+        scfg, splits = att.prefill_split_choice(t, hq, hkv, dh, start, q.device)
+        meta = {"variant": variant, "splits": splits, **dict(scfg.__dict__)}
     finally:
         if saved[0] is None:
             os.environ.pop(att.PREFILL_ENV, None)
         else:
             os.environ[att.PREFILL_ENV] = saved[0]
-        acfg.PREFILL_SPLIT[dh], acfg.PREFILL_SPLIT_WAVES = saved[1], saved[2]
+        acfg.PREFILL_SPLIT[dh], acfg.PREFILL_SPLIT_FEW[dh] = saved[1], saved[2]
     b50 = float("nan")
     if baseline:
         qs, kcs, vcs = q.transpose(0, 1)[None], kc.transpose(0, 1)[None], vc.transpose(0, 1)[None]
@@ -82,11 +79,13 @@ def bench_attention_suffix(t, start, hq, hkv, dh, reps, gen, variant="auto", cfg
             return o * torch.sigmoid(gate.transpose(0, 1)[None])
         b50, _ = K.time_calls(base, 1, reps)
     floor_bytes = 2 * s_cap * hkv * dh * 2
-    tbps = floor_bytes / (p50 * 1e-3) / 1e12
+    flops = 4 * hq * dh * t * (start + (t + 1) / 2)
+    floor_ms = max(floor_bytes / K.CEIL["copy_TBps"], flops / K.CEIL["cublas_TFLOPs"]) / 1e9
     tag = variant if cfg is None else f"sweep {'x'.join(map(str, cfg))}"
-    K.add_row(f"attention suffix {tag}", f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", "TB/s", p50, p90, tbps,
-              "TB/s", tbps / K.CEIL["copy_TBps"], "K+V of the cache once at copy bandwidth",
-              "torch SDPA, offset causal mask", b50, meta)
+    K.add_row(f"attention suffix {tag}", f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s", p50, p90,
+              flops / (p50 * 1e-3) / 1e12, "TFLOP/s", floor_ms / p50,
+              "max(K+V once at copy bandwidth, FLOPs at the cuBLAS rate)", "torch SDPA, offset causal mask", b50, meta,
+              bytes=floor_bytes)
 
 
 def suffix_section(reps, gen, sweep=False):

@@ -129,11 +129,24 @@ def test_split_prefill_matches_reference(t, start, hq, hkv, dh, s_cap, gated, pr
                                          poisoned_outputs):
     variant, calls = prefill_variant
     _check_prefill(t, start, hq, hkv, dh, s_cap, gated, gen, device)
-    splits = tt.prefill_split_plan(t, hq // hkv, hkv, start + t, 16, 16, 16)
-    assert splits >= 2, "the case must exercise the split pass"
-    one_pass_fills = -(-t // 16) * hq >= 8  # the interpreter's 16-query one-pass grid covers its 8 SMs
-    taken = variant == "split" or (variant == "auto" and not one_pass_fills)
-    assert calls == ([splits] if taken else [])
+    _, splits = tt.prefill_split_choice(t, hq, hkv, dh, start, torch.device(device))
+    assert calls == ([splits] if splits else [])
+    if variant == "split":
+        assert splits >= 2, "the case must exercise the split pass"
+
+
+@pytest.mark.parametrize("variant,t,hq,want", [
+    ("split", 5, 6, 4), ("auto", 5, 6, 4),  # 30 rows, 2 blocks x 1 KV head, 16 slots: 4 splits; one pass: 6 programs
+    ("flash", 5, 6, 0),
+    # 40 rows in 3 blocks x 2 KV heads = 6 programs -> 2 splits; one pass: 2 blocks x 4 heads = a wave of 8 SMs
+    ("auto", 20, 4, 0), ("split", 20, 4, 2),
+])
+def test_prefill_split_choice(variant, t, hq, want, monkeypatch):
+    """Under the interpreter (8 pretend SMs, 16-row tiles, 2 waves): "flash" never splits, "split" whenever the
+    plan has >= 2 splits, "auto" only where the one-pass grid is under one wave."""
+    monkeypatch.setenv(tt.PREFILL_ENV, variant)
+    hkv = 1 if hq == 6 else 2
+    assert tt.prefill_split_choice(t, hq, hkv, 64, 90, torch.device("cpu"))[1] == want
 
 
 def test_prefill_split_plan():
@@ -303,10 +316,14 @@ def test_gpu_prefill(t, start, hq, hkv, dh, gated, gen, device, poisoned_outputs
 @pytest.mark.parametrize("t,start", [(100, 32768), (1, 32767), (37, 8000), (500, 30000)])
 @pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
 def test_gpu_prefill_over_a_long_prefix(t, start, hq, hkv, dh, gated, prefill_variant, gen, device, poisoned_outputs):
-    """An agent turn's suffix over a long cached prefix, each variant (auto takes the split pass here)."""
+    """An agent turn's suffix over a long cached prefix, each variant; auto takes the split pass at 100 tokens and
+    one token (a 500-token chunk fills the GPU in one pass)."""
     variant, calls = prefill_variant
     _check_prefill(t, start, hq, hkv, dh, start + t + 17, gated, gen, device)
-    assert bool(calls) == (variant != "flash"), calls
+    _, splits = tt.prefill_split_choice(t, hq, hkv, dh, start, torch.device(device))
+    assert calls == ([splits] if splits else [])
+    if variant != "flash" and t <= 100 and hq == 24:
+        assert splits >= 2
 
 
 @pytest.mark.gpu

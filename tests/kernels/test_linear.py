@@ -131,6 +131,13 @@ def test_mid_m_routes(gen, device, monkeypatch):
         tt.linear(x, w)
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g32", "int4g128"])
+@pytest.mark.parametrize("m,swiglu", [(65, False), (100, True), (128, False)])
+def test_suffix_bucket(m, swiglu, fmt, gen, device, poisoned_outputs):
+    """65 <= M <= 128 (an agent turn's suffix) takes the "suffix" bucket's tile."""
+    _check(m, 40, 256, fmt, swiglu, gen, device)
+
+
 @pytest.mark.parametrize("m", [1, 7, 40], ids=["gemv", "skinny", "gemm"])
 def test_fp32_output(m, gen, device, poisoned_outputs):
     _check(m, 70, 96, "bf16", False, gen, device, out_dtype=torch.float32)
@@ -204,6 +211,14 @@ def test_tma_config_rejects_int4_and_misaligned(gen, device):
 
 def test_config_paths_are_distinct():
     assert configs.m_bucket(1) == "gemv" and configs.m_bucket(16) == "skinny" and configs.m_bucket(17) == "gemm"
+    assert [configs.m_bucket(m) for m in (64, 65, 128, 129)] == ["gemm", "suffix", "suffix", "gemm"]
+    # the suffix bucket's 27B tiles (H200 M = 100 sweep): 64-wide N blocks, except wide plain bf16 outputs
+    suffix = {(fmt, n, k, sw): configs.pick(90, fmt, sw, 100, n, k, interpreting=False)
+              for fmt in ("bf16", "fp8", "int4") for n, k, sw in ((17408, 5120, True), (5120, 17408, False),
+                                                                   (16384, 5120, False))}
+    assert suffix[("bf16", 16384, 5120, False)].block_n == 128
+    assert all(c.block_m == 128 and c.block_n == 64 for key, c in suffix.items() if key != ("bf16", 16384, 5120, False))
+    assert all(c.tma == (key[0] != "int4") for key, c in suffix.items())
     cfg = configs.pick(90, "bf16", False, 4096, 5120, 5120, interpreting=False)
     assert cfg.block_m == 128 and cfg.num_warps == 8
 
@@ -390,7 +405,7 @@ GPU_SHAPES = [(17408, 5120, True), (5120, 17408, False), (10240, 5120, False), (
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 5, 777])
+@pytest.mark.parametrize("m", [1, 5, 100, 777])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES, ids=[f"N{n}-K{k}{'-swiglu' if s else ''}" for n, k, s in GPU_SHAPES])
 def test_gpu_27b_shapes(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AttentionConfig", "FusedDecodeConfig", "PREFILL", "PREFILL_SPLIT", "PREFILL_SPLIT_WAVES", "DECODE",
+__all__ = ["AttentionConfig", "FusedDecodeConfig", "PREFILL", "PREFILL_SPLIT", "PREFILL_SPLIT_FEW", "DECODE",
            "DECODE_FUSED", "prefill_config", "prefill_split_config", "decode_config", "fused_decode_config"]
 
 
@@ -19,6 +19,7 @@ class AttentionConfig:
     block_n: int  # keys per inner step
     num_warps: int
     num_stages: int
+    waves: int = 1  # split-KV prefill only: programs to aim for per SM (the split count fills SM count x waves)
     source: str = "default, unmeasured"
 
 
@@ -29,19 +30,29 @@ PREFILL: dict[int, AttentionConfig] = {
     64: AttentionConfig(128, 64, 4, 3),
 }
 # The split-KV prefill (few new tokens over a long prefix; attention._prefill_split): block_m counts rows of
-# (token, query head of the group) pairs. Unmeasured until bench/kernels.py's "suffix" rows have swept it.
+# (token, query head of the group) pairs. H200 sweep, session 19 (bench/kernels.py --sections suffix,sweep-suffix,
+# 27B heads, KNOWLEDGE/optimizations/attention-split-kv-prefill.md): at 100 tokens over 32k the 128-row tile at one
+# wave took 338 us (64 rows, 2 waves: 510; the one-pass kernel 1231); one token (6 rows) is fastest with 16-row
+# tiles at 4 waves (45 us; 128 rows: 60). PREFILL_SPLIT_FEW serves calls with at most 16 rows per KV head.
 PREFILL_SPLIT: dict[int, AttentionConfig] = {
-    256: AttentionConfig(64, 64, 4, 2),
-    128: AttentionConfig(64, 64, 4, 3),
-    64: AttentionConfig(64, 64, 4, 3),
+    256: AttentionConfig(128, 64, 8, 2, waves=1, source="H200 s19: 338 us at T100 / 32k (one pass 1231)"),
+    128: AttentionConfig(128, 64, 8, 2, waves=1),
+    64: AttentionConfig(128, 64, 4, 3, waves=1),
 }
-PREFILL_SPLIT_WAVES = 2  # programs to aim for per SM (the split count fills SM count x waves)
+PREFILL_SPLIT_FEW: dict[int, AttentionConfig] = {
+    256: AttentionConfig(16, 64, 4, 3, waves=4, source="H200 s19: 45 us at T1 / 32k (0.69 of the K/V byte floor)"),
+    128: AttentionConfig(16, 64, 4, 3, waves=4),
+    64: AttentionConfig(16, 64, 4, 3, waves=4),
+}
+FEW_ROWS = 16
 DECODE: dict[int, AttentionConfig] = {
     256: AttentionConfig(16, 64, 8, 3, source="H200 sweep: 40.2 us at 32k (0.78 of byte floor), 16.7 us at 8k"),
     128: AttentionConfig(16, 64, 4, 3),
     64: AttentionConfig(16, 64, 4, 3),
 }
 _INTERPRETER = AttentionConfig(16, 16, 4, 1, source="interpreter: small tiles expose boundaries")
+# interpreter split prefill: 2 waves of its 8 pretend SMs, so small test caches get 2-8 splits
+_INTERPRETER_SPLIT = AttentionConfig(16, 16, 4, 1, waves=2, source="interpreter: small tiles, several splits")
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,12 @@ def prefill_config(head_dim: int, interpreting: bool) -> AttentionConfig:
     return PREFILL.get(head_dim) or AttentionConfig(64, 32, 4, 2, source="fallback")
 
 
-def prefill_split_config(head_dim: int, interpreting: bool) -> AttentionConfig:
+def prefill_split_config(head_dim: int, rows: int, interpreting: bool) -> AttentionConfig:
+    """The split-KV prefill tile for `rows` = T x (query heads per KV head) rows per KV head."""
     if interpreting:
-        return _INTERPRETER
-    return PREFILL_SPLIT.get(head_dim) or AttentionConfig(32, 32, 4, 2, source="fallback")
+        return _INTERPRETER_SPLIT
+    table = PREFILL_SPLIT_FEW if rows <= FEW_ROWS else PREFILL_SPLIT
+    return table.get(head_dim) or AttentionConfig(32, 32, 4, 2, source="fallback")
 
 
 def decode_config(head_dim: int, interpreting: bool) -> AttentionConfig:

@@ -40,8 +40,8 @@ from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decod
                                                    decode_counter_buffer, reserve_decode_counters)
 from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
 from modeld.kernels.attention._prefill_split import _prefill_split_kernel, prefill_split_plan
-from modeld.kernels.attention import configs as _configs
-from modeld.kernels.attention.configs import decode_config, fused_decode_config, prefill_config, prefill_split_config
+from modeld.kernels.attention.configs import (AttentionConfig, decode_config, fused_decode_config, prefill_config,
+                                              prefill_split_config)
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 
 __all__ = ["attention_prefill", "attention_decode"]
@@ -223,16 +223,10 @@ def attention_prefill(
         0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
     cfg = prefill_config(dh, interpreting())
     g = gate if gate is not None else q
-    variant = prefill_variant()
-    if variant != "flash":
-        scfg = prefill_split_config(dh, interpreting())
-        one_pass = triton.cdiv(t, cfg.block_m) * hq
-        sms = _sm_count(device)
-        slots = sms * _configs.PREFILL_SPLIT_WAVES  # read per call: benches sweep it
-        splits = prefill_split_plan(t, hq // hkv, hkv, start + t, scfg.block_m, scfg.block_n, slots)
-        if splits >= 2 and (variant == "split" or one_pass < sms):
-            _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
-            return o
+    scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device)
+    if splits:
+        _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
+        return o
     _prefill_kernel[(triton.cdiv(t, cfg.block_m), hq)](
         q, g, k_cache, v_cache, o, t, start, scale * _LOG2E,
         q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
@@ -248,6 +242,24 @@ def prefill_variant() -> str:
     if variant not in PREFILL_VARIANTS:
         raise KernelValueError(f"{PREFILL_ENV}={variant!r}: expected one of {', '.join(PREFILL_VARIANTS)}")
     return variant
+
+
+def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int,
+                         device: torch.device) -> tuple[AttentionConfig, int]:
+    """(tile, splits) of the split-KV pass for this prefill, splits 0 for the one-pass kernel: the variant
+    ($MODELD_ATTN_PREFILL) and the plan (`prefill_split_plan` over SM count x the tile's waves) decide; "auto"
+    splits only where the one-pass grid is under one wave."""
+    rows = t * (hq // hkv)
+    cfg = prefill_split_config(dh, rows, interpreting())
+    variant = prefill_variant()
+    if variant == "flash":
+        return cfg, 0
+    sms = _sm_count(device)
+    splits = prefill_split_plan(t, hq // hkv, hkv, start + t, cfg.block_m, cfg.block_n, sms * cfg.waves)
+    one_pass = triton.cdiv(t, prefill_config(dh, interpreting()).block_m) * hq
+    if splits < 2 or (variant == "auto" and one_pass >= sms):
+        return cfg, 0
+    return cfg, splits
 
 
 def _prefill_split(q, g, has_gate: bool, k_cache, v_cache, o, start: int, scale: float, cfg, splits: int) -> None:

@@ -4,7 +4,8 @@ A config is chosen by `pick(...)`: first an exact entry of `TUNED` keyed by
 (sm, format, swiglu, m_bucket, N, K); otherwise the documented default for the m bucket. Nothing is
 autotuned at serving time. Every TUNED entry records where it came from (Triton version, date,
 measurement). Buckets: "gemv" (M == 1, elementwise FMA + one reduction per program), "skinny"
-(2 <= M <= 16, one 16-row tl.dot tile), "gemm" (M > 16, 2-D tiled tl.dot with grouped ordering).
+(2 <= M <= 16, one 16-row tl.dot tile), "suffix" (SUFFIX_MIN_M <= M <= SUFFIX_MAX_M: one 128-row block of M,
+narrow N blocks, memory bound on the weights), "gemm" (M > 16 otherwise, 2-D tiled tl.dot with grouped ordering).
 Calls with 16 < M <= 64 first ask `mid_m` whether to go chunked, widened (`mid_tile`) or to the "gemm" tile.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from modeld.kernels.errors import KernelValueError
 
 __all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "MID_M", "MID_M_ENV", "MID_MAX_M", "CHUNK_M", "m_bucket",
+           "SUFFIX_MIN_M", "SUFFIX_MAX_M",
            "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED", "pick_gemv", "GEMV_INTERPRETER"]
 
 
@@ -35,11 +37,20 @@ class TileConfig:
     source: str = "default heuristic"
 
 
+# An agent turn's suffix (~100 tokens) over a cached prefix: one 128-row M block reads every weight once, and the
+# prefill bucket's 128 x 128 tiles give a 5120-row output only 40 programs. 65..128 (above the mid-M range, whose
+# calls never reach `pick` with their own M unless their policy is "gemm").
+SUFFIX_MIN_M = 65
+SUFFIX_MAX_M = 128
+
+
 def m_bucket(m: int) -> str:
     if m == 1:
         return "gemv"
     if m <= 16:
         return "skinny"
+    if SUFFIX_MIN_M <= m <= SUFFIX_MAX_M:
+        return "suffix"
     return "gemm"
 
 
@@ -78,6 +89,7 @@ INTERPRETER_CONFIGS: dict[str, TileConfig] = {
     "gemv-reduce": TileConfig(1, 16, 128, 4, 1, reduce_each_step=True, source="interpreter"),
     "skinny": TileConfig(16, 32, 64, 4, 1, source="interpreter"),
     "gemm": TileConfig(32, 32, 64, 4, 1, group_m=4, source="interpreter"),
+    "suffix": TileConfig(32, 16, 64, 4, 1, group_m=4, source="interpreter"),
 }
 
 
@@ -95,6 +107,18 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
         if fmt == "fp8":
             return TileConfig(1, 8, 2048, 4, 1, reduce_each_step=True)
         return TileConfig(1, 16 if n >= 16384 else 8, 1024, 4, 1, reduce_each_step=True)
+    if bucket == "suffix":
+        # M = 100 on the H200, session 19 (bench/kernels.py --sections sweep-suffix-gemm; every candidate in
+        # KNOWLEDGE/optimizations/suffix-m100-linear-tiles.md): 128 x 64 tiles with 4 warps beat the prefill tiles
+        # at every 27B shape but the wide plain bf16 ones (in_proj, qkv: the TMA 128 x 128 tile stays); bf16 / fp8
+        # through TMA descriptors, int4 (no TMA kernel) by pointers with BLOCK_K 128 at long K.
+        if fmt == "bf16" and not swiglu and n >= 14336:
+            return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 s19: gemm tile kept (in_proj 49.8 us)")
+        if fmt in ("bf16", "fp8"):
+            return TileConfig(128, 64, 64, 4, 4, tma=True, source="H200 s19 M100 sweep")
+        if k >= 6144:
+            return TileConfig(128, 64, 128, 4, 3, source="H200 s19 M100 sweep: down 354 -> 180 us")
+        return TileConfig(128, 64, 64, 4, 4, source="H200 s19 M100 sweep")
     if bucket == "skinny":
         # 16-row tensor-core tile; narrow N blocks keep >= 160 programs for N = 5120.
         bn = 64 if n >= 16384 and not swiglu else 32
