@@ -197,6 +197,17 @@ def gpu_used_mib() -> float | None:
         return None
 
 
+def window_minima(samples: list[tuple[float, float]], width_s: float = 30.0) -> list[tuple[float, float]]:
+    """(window start, smallest value) per `width_s` window: the floor under transient peaks (a 27B session
+    snapshot holds hundreds of MiB of host memory while it lives), whose slope tells a leak from churn."""
+    out: dict[int, tuple[float, float]] = {}
+    for t, v in samples:
+        w = int(t // width_s)
+        if w not in out or v < out[w][1]:
+            out[w] = (w * width_s, v)
+    return [out[w] for w in sorted(out)]
+
+
 def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
     """Least-squares slope of (t, value) in value units per minute; None with fewer than 3 samples."""
     if len(samples) < 3:
@@ -308,7 +319,10 @@ def soak(url: str, pid: int | None, args) -> dict:
         "failures": len(failures), "failure_examples": failures[:20],
         "rss_mib": {"first": rss[0][1] if rss else None, "last": rss[-1][1] if rss else None,
                     "max": max((m for _, m in rss), default=None),
-                    "slope_mib_per_min_second_half": slope_per_min(half), "samples": len(rss)},
+                    "slope_mib_per_min_second_half": slope_per_min(half), "samples": len(rss),
+                    # the floor under transient peaks (30 s window minima), over the whole run
+                    "floor_slope_mib_per_min": slope_per_min(window_minima(rss)),
+                    "series": [(round(t, 1), round(m, 1)) for t, m in rss]},
         "gpu_used_mib": {"before": gpu0, "max": max((g for _, g in gpu), default=None), "after": gpu_end},
         "complete_latency_s": {"first_third": {"p50": pct(early, 0.5), "p99": pct(early, 0.99), "n": len(early)},
                                "last_third": {"p50": pct(late, 0.5), "p99": pct(late, 0.99), "n": len(late)}},
@@ -359,7 +373,8 @@ def main(argv=None) -> int:
     print(f"SUMMARY soak {args.seconds:.0f} s x {args.clients} clients: "
           f"{sum(sum(c.values()) for c in res['counts'].values())} actions, {res['failures']} failures; "
           f"RSS {res['rss_mib']['first']} -> {res['rss_mib']['last']} MiB (slope "
-          f"{res['rss_mib']['slope_mib_per_min_second_half']} MiB/min, 2nd half); complete p50 "
+          f"{res['rss_mib']['slope_mib_per_min_second_half']} MiB/min, 2nd half; floor slope "
+          f"{res['rss_mib']['floor_slope_mib_per_min']} MiB/min); complete p50 "
           f"{lat['first_third']['p50']} -> {lat['last_third']['p50']} s; end {res['end']}; "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     for line in res["failure_examples"]:

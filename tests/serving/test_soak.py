@@ -29,7 +29,19 @@ def test_short_soak_keeps_the_contract(tmp_path, smollm2_gguf):
     c = doc["counts"]
     assert c["complete"]["ok"] > 0 and c["stream"]["ok"] > 0 and c["malformed"]["4xx"] > 0, c
     assert doc["rss_mib"]["samples"] >= 5 and doc["rss_mib"]["first"] > 0
+    assert len(doc["rss_mib"]["series"]) == doc["rss_mib"]["samples"]
     assert doc["complete_latency_s"]["first_third"]["n"] > 0
+
+
+def test_window_minima_separate_churn_from_a_leak():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import soak
+
+    churn = [(t, 1000.0 + (400.0 if t % 10 < 3 else 0.0)) for t in range(120)]  # peaks come and go
+    leak = [(t, 1000.0 + 2.0 * t) for t in range(120)]  # 120 MiB/min, every sample higher
+    assert [v for _, v in soak.window_minima(churn)] == [1000.0] * 4
+    assert abs(soak.slope_per_min(soak.window_minima(churn))) < 1e-9
+    assert soak.slope_per_min(soak.window_minima(leak)) == 120.0
 
 
 class _Broken(BaseHTTPRequestHandler):
