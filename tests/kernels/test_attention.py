@@ -149,6 +149,22 @@ def test_prefill_split_choice(variant, t, hq, want, monkeypatch):
     assert tt.prefill_split_choice(t, hq, hkv, 64, 90, torch.device("cpu"))[1] == want
 
 
+def test_split_prefill_kernels_compile_once_for_every_length():
+    """T, start and the split count are not specialised on (a compile per suffix length, prefix length or split count
+    would stall serving); checked on the JIT objects, which exist only outside the interpreter (a subprocess)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
+    code = ("from modeld.kernels.attention import _prefill_split as p, triton as t\n"
+            "for k in (p._prefill_split_kernel, t._decode_combine_kernel):\n"
+            "    print(sorted(x.name for x in k.params if x.do_not_specialize))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["['T', 'n_splits', 'start']", "['n_splits']"], out
+
+
 def test_prefill_split_plan():
     # 27B warm hit: 100 tokens x GQA 6 = 600 rows in 10 blocks of 64, 4 KV heads, 264 slots -> 4 splits (160 programs)
     assert tt.prefill_split_plan(100, 6, 4, 32868, 64, 64, 264) == 4

@@ -57,8 +57,9 @@ class SlotEngineCell(Cell):
 
     def warm_up(self, lengths: Sequence[int] = (5, 16, 33, 80)) -> float:
         """Run throw-away work of every shape a first request can hit — prefills in each GEMM bucket
-        (M <= 16 "skinny", M > 16 "gemm"), each with a length Triton specializes as divisible by 16
-        and one it does not (80 also crosses a 64-token GDN chunk), plus one full prefill chunk and
+        (M <= 16 "skinny", 17..64 "mid", 65..128 "suffix"), each with a length Triton specializes as divisible
+        by 16 and one it does not (80 also crosses a 64-token GDN chunk; its attention takes the split-KV tile,
+        and one more token on top of it the split-KV few-rows tile), plus one full prefill chunk and
         one just short of it (large-M kernels: int4/fp8 weights dequantised once per call from
         ~1024 rows, kernels/linear), one decode step, greedy and filtered sampling — so Triton
         compiles at load instead of inside the first user's TTFT (9.3 s for the 27B on the H200:
@@ -73,6 +74,10 @@ class SlotEngineCell(Cell):
                 if n + 2 <= self._n_ctx:
                     eng.reset_slot(0)
                     eng.prefill(0, [tok] * n)
+            if 80 + 3 <= self._n_ctx:  # one token over a cached prefix: kernels/attention's few-rows split tile
+                eng.reset_slot(0)
+                eng.prefill(0, [tok] * 80)
+                eng.prefill(0, [tok])
             eng.decode([tok])
             for temperature, top_k, top_p in ((0.0, 0, 1.0), (0.8, 40, 0.95)):
                 self.sampler.configure(0, temperature=temperature, top_k=top_k, top_p=top_p, seed=0)

@@ -4,7 +4,7 @@
 programs on 132 SMs, each streaming its KV head's whole cache alone (27B, H200: 1.24 ms per layer, about 0.1 TB/s;
 KNOWLEDGE/findings/warm-prefix-hit-is-device-bound-h200.md). Here one program takes BLOCK_M rows of
 (token, query head of the GQA group) pairs of ONE KV head, so the group's queries share every K/V tile, and the
-key range [0, start + T) is cut into NUM_SPLITS slices, one program per slice (flash-decoding's split, plus the
+key range [0, start + T) is cut into n_splits slices, one program per slice (flash-decoding's split, plus the
 causal mask of the new tokens). Each program writes a normalised partial output and its log2-sum-exp;
 `attention.triton._decode_combine_kernel` merges the splits of each (token, query head) and applies the gate.
 
@@ -19,14 +19,19 @@ import triton.language as tl
 
 from modeld.kernels.attention._flash import store_split_partial
 
-__all__ = ["_prefill_split_kernel", "prefill_split_plan"]
+__all__ = ["MAX_PREFILL_SPLITS", "_prefill_split_kernel", "prefill_split_plan"]
+
+MAX_PREFILL_SPLITS = 64  # the merge kernel's split block (a power of two)
 
 
-@triton.jit
-def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_scale, HQ,
+# T, start and the split count are runtime values Triton must not specialise (divisibility, == 1): one compiled
+# kernel per tile then serves every suffix length, prefix length and split count, so serving never stalls on a
+# compile after the warm-up (`SlotEngineCell.warm_up` runs one split prefill per tile table).
+@triton.jit(do_not_specialize=["T", "start", "n_splits"])
+def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_scale, HQ, n_splits,
                           stride_qt, stride_qh, stride_cs, stride_ch,
                           GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          NUM_SPLITS: tl.constexpr, DOT_F32: tl.constexpr):
+                          DOT_F32: tl.constexpr):
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -40,7 +45,7 @@ def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_
         q = q.to(tl.float32)
     q_pos = start + t  # rows past T have q = 0 and see only keys < hi: finite scores, never stored
     # The split grid covers every key of the call, the same for all m blocks; this block sees keys < hi.
-    chunk = tl.cdiv(tl.cdiv(start + T, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(start + T, n_splits), BLOCK_N) * BLOCK_N
     hi = start + tl.minimum(pid_m * BLOCK_M + BLOCK_M - 1, T * GQA - 1) // GQA + 1
     lo = split * chunk
     hi = tl.minimum(lo + chunk, hi)
@@ -70,7 +75,7 @@ def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_
         else:
             acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
         m_i = m_new
-    row = (t * HQ + head) * NUM_SPLITS + split  # partials [T, Hq, NUM_SPLITS, (Dh)]
+    row = (t * HQ + head) * n_splits + split  # partials [T, Hq, n_splits, (Dh)]
     store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, r_ok, d, HEAD_DIM)  # no key here: weight 0
 
 

@@ -39,7 +39,7 @@ from modeld.kernels._pdl import light_kwargs
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
 from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
-from modeld.kernels.attention._prefill_split import _prefill_split_kernel, prefill_split_plan
+from modeld.kernels.attention._prefill_split import MAX_PREFILL_SPLITS, _prefill_split_kernel, prefill_split_plan
 from modeld.kernels.attention.configs import (AttentionConfig, decode_config, fused_decode_config, prefill_config,
                                               prefill_split_config)
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
@@ -148,17 +148,20 @@ def _decode_split_kernel(q_ptr, kc_ptr, vc_ptr, lens_ptr, po_ptr, plse_ptr, qk_s
     store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, h_ok, d, HEAD_DIM)  # empty split: weight 0
 
 
-@triton.jit
-def _decode_combine_kernel(po_ptr, plse_ptr, g_ptr, o_ptr, HQ, stride_gb, stride_gh, stride_ob, stride_oh,
-                           NUM_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_GATE: tl.constexpr):
+@triton.jit(do_not_specialize=["n_splits"])
+def _decode_combine_kernel(po_ptr, plse_ptr, g_ptr, o_ptr, HQ, n_splits, stride_gb, stride_gh, stride_ob, stride_oh,
+                           BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_GATE: tl.constexpr):
+    """Merge the n_splits (<= BLOCK_S) partials of (row b, query head h) by their log2-sum-exp and apply the gate.
+    n_splits is a runtime value so every split count of the split-KV prefill shares one compiled kernel."""
     b = tl.program_id(0)
     h = tl.program_id(1)
-    sp = tl.arange(0, NUM_SPLITS)
+    sp = tl.arange(0, BLOCK_S)
+    s_ok = sp < n_splits
     d = tl.arange(0, HEAD_DIM)
-    row = (b * HQ + h) * NUM_SPLITS + sp
-    lse = tl.load(plse_ptr + row)  # split 0 always holds >= 1 key, so the max is finite
+    row = (b * HQ + h) * n_splits + sp
+    lse = tl.load(plse_ptr + row, mask=s_ok, other=float("-inf"))  # split 0 always holds >= 1 key: finite max
     w = tl.exp2(lse - tl.max(lse, axis=0))
-    part = tl.load(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :])
+    part = tl.load(po_ptr + row[:, None].to(tl.int64) * HEAD_DIM + d[None, :], mask=s_ok[:, None], other=0.0)
     o = tl.sum(part * w[:, None], axis=0) / tl.sum(w, axis=0)
     if HAS_GATE:
         g = tl.load(g_ptr + b * stride_gb + h * stride_gh + d).to(tl.float32)
@@ -255,7 +258,8 @@ def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int,
     if variant == "flash":
         return cfg, 0
     sms = _sm_count(device)
-    splits = prefill_split_plan(t, hq // hkv, hkv, start + t, cfg.block_m, cfg.block_n, sms * cfg.waves)
+    splits = prefill_split_plan(t, hq // hkv, hkv, start + t, cfg.block_m, cfg.block_n, sms * cfg.waves,
+                                MAX_PREFILL_SPLITS)
     one_pass = triton.cdiv(t, prefill_config(dh, interpreting()).block_m) * hq
     if splits < 2 or (variant == "auto" and one_pass >= sms):
         return cfg, 0
@@ -270,13 +274,13 @@ def _prefill_split(q, g, has_gate: bool, k_cache, v_cache, o, start: int, scale:
     part_o = torch.empty((t, hq, splits, dh), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((t, hq, splits), dtype=torch.float32, device=q.device)
     _prefill_split_kernel[(triton.cdiv(t * gqa, cfg.block_m), hkv, splits)](
-        q, k_cache, v_cache, part_o, part_lse, t, start, scale * _LOG2E, hq,
+        q, k_cache, v_cache, part_o, part_lse, t, start, scale * _LOG2E, hq, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        GQA=gqa, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_SPLITS=splits,
+        GQA=gqa, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     _decode_combine_kernel[(t, hq)](
-        part_o, part_lse, g, o, hq, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
-        NUM_SPLITS=splits, HEAD_DIM=dh, HAS_GATE=has_gate, num_warps=4 if dh >= 128 else 2)
+        part_o, part_lse, g, o, hq, splits, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        BLOCK_S=MAX_PREFILL_SPLITS, HEAD_DIM=dh, HAS_GATE=has_gate, num_warps=4 if dh >= 128 else 2)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -383,8 +387,8 @@ def attention_decode(
         NUM_SPLITS=splits, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     g = gate if gate is not None else q
     _decode_combine_kernel[(bsz, hq)](
-        part_o, part_lse, g, o, hq, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
-        NUM_SPLITS=splits, HEAD_DIM=dh, HAS_GATE=gate is not None, num_warps=4 if dh >= 128 else 2)
+        part_o, part_lse, g, o, hq, splits, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        BLOCK_S=splits, HEAD_DIM=dh, HAS_GATE=gate is not None, num_warps=4 if dh >= 128 else 2)
     return o
 
 
