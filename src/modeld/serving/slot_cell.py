@@ -55,10 +55,10 @@ class SlotEngineCell(Cell):
             session._kv, session._pending, session._logits_ready = [], None, False
         self._resident = session
 
-    def warm_up(self, lengths: Sequence[int] = (5, 16, 33, 80)) -> float:
+    def warm_up(self, lengths: Sequence[int] = (5, 16, 33, 80, 100)) -> float:
         """Run throw-away work of every shape a first request can hit — prefills in each GEMM bucket
-        (M <= 16 "skinny", 17..64 "mid", 65..128 "suffix"), each with a length Triton specializes as divisible
-        by 16 and one it does not (80 also crosses a 64-token GDN chunk; its attention takes the split-KV tile,
+        (M <= 16 "skinny", 17..64 "mid", 65..128 "suffix": 80 and 100), each with a length Triton specializes as
+        divisible by 16 and one it does not (80 also crosses a 64-token GDN chunk; its attention takes the split-KV tile,
         and one more token on top of it the split-KV few-rows tile), plus one full prefill chunk and
         one just short of it (large-M kernels: int4/fp8 weights dequantised once per call from
         ~1024 rows, kernels/linear), one decode step, greedy and filtered sampling — so Triton
