@@ -5,6 +5,9 @@ restore back to the prefix, untimed) and cProfile's top functions over --profile
 
     PYTHONPATH=src:. python3 bench/host_prefill_prof.py --out $OUT/hp          # H200, ~45 s
     dry run (CPU, reference kernels): --device cpu --config tiny --layers 4 --prefix 32 --suffix 5 --runs 2
+    CPU proxy of the host cost (--stub-kernels: the Triton wrappers, checks, routing and torch glue run for real on
+    CPU tensors, every Triton launch is a no-op; no GPU, and Triton's own launch path is not in it):
+    PYTHONPATH=src:. python3 bench/host_prefill_prof.py --out /tmp/hp --device cpu --stub-kernels --runs 30
 
 Writes $OUT/host_prefill_prof.json (walls, best and median, launches are not counted here) and
 $OUT/host_prefill_<profile>.txt (the cProfile tables by internal and cumulative time).
@@ -35,7 +38,12 @@ def parse(argv):
     ap.add_argument("--suffix", type=int, default=100, help="tokens prefilled per timed run (default 100)")
     ap.add_argument("--runs", type=int, default=12, help="timed runs per profile (default 12)")
     ap.add_argument("--profiled", type=int, default=5, help="runs under cProfile per profile (default 5)")
+    ap.add_argument("--stub-kernels", action="store_true",
+                    help="CPU only: the engine's Triton bindings with every kernel launch a no-op (outputs are garbage; "
+                         "the wall is the Python around the launches)")
     a = ap.parse_args(argv)
+    if a.stub_kernels and a.device != "cpu":
+        ap.error("--stub-kernels needs --device cpu")
     if min(a.layers, a.prefix, a.suffix, a.runs, a.profiled) < 1:
         ap.error("--layers, --prefix, --suffix, --runs and --profiled must be >= 1")
     return a
@@ -43,6 +51,11 @@ def parse(argv):
 
 def main(argv=None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
+    if a.stub_kernels:  # before triton is imported: kernels become InterpretedFunction objects, whose run is stubbed
+        os.environ["TRITON_INTERPRET"] = "1"
+        import triton.runtime.interpreter as interp
+
+        interp.InterpretedFunction.run = lambda self, *args, **kwargs: None
     import torch
 
     import _qwen_common as C
@@ -55,18 +68,29 @@ def main(argv=None) -> int:
     dev = torch.device(a.device)
     if dev.type != "cuda":
         C.cpu_shims()
+    if a.stub_kernels:
+        torch.set_num_threads(1)  # the glue ops are tiny: one thread, as the host's launch thread
     shape = preset(a.config, a.layers)
     cfg = Qwen35Config.from_hf(hf_config(shape))
     prefix = [1 + i % (cfg.vocab - 1) for i in range(a.prefix)]
     turn = [1 + (7 * i + 3) % (cfg.vocab - 1) for i in range(a.suffix)]
     doc = {"bench": "host_prefill_prof", "argv": argv if argv is not None else sys.argv[1:],
+           "stub_kernels": a.stub_kernels,
            "versions": C.versions(dev), "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MODELD_")},
            "profiles": {}}
     for prof in [p for p in a.profiles.split(",") if p]:
         src = EB.SynthSource(shape, 0, 4)
         if prof != "bf16":
             src = QuantizedSource(src, prof, device="cuda" if dev.type == "cuda" else None)
-        eng = C.build_engine(cfg, src, dev, a.prefix + a.suffix + 64)
+        if a.stub_kernels:
+            from modeld.execution.bindings import triton_kernels
+            from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
+
+            opts = EngineOptions(slots=1, capacity=a.prefix + a.suffix + 64, prefill_chunk=2048, checkpoint_every=2048,
+                                 checkpoints=2, use_graph=False)
+            eng = Qwen35Engine(cfg, src, dev, triton_kernels(), opts)
+        else:
+            eng = C.build_engine(cfg, src, dev, a.prefix + a.suffix + 64)
         eng.reset_slot(0)
         eng.prefill(0, prefix)
 
