@@ -165,6 +165,50 @@ def test_split_prefill_kernels_compile_once_for_every_length():
     assert out.split("\n")[:2] == ["['T', 'n_splits', 'start']", "['n_splits']"], out
 
 
+@pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", SPLIT_CASES + [(7, 0, 4, 2, 64, 7, True)],
+                         ids=[f"T{c[0]}-start{c[1]}-Hq{c[2]}-Hkv{c[3]}-Dh{c[4]}" for c in SPLIT_CASES] + ["full-cache"])
+def test_prefill_at_matches_reference(t, start, hq, hkv, dh, s_cap, gated, gen, device, poisoned_outputs):
+    """attention_prefill_at: the positions on the device (start read there, splits planned by capacity) give the same
+    cache rows and, within tolerance, the same output as the spec at that start."""
+    qg = _rand((t, hq, 2 * dh), gen, device)
+    q, gate = qg[..., :dh], (qg[..., dh:] if gated else None)
+    k, v = _rand((t, hkv, dh), gen, device), _rand((t, hkv, dh), gen, device)
+    kc, vc = _rand((s_cap, hkv, dh), gen, device), _rand((s_cap, hkv, dh), gen, device)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    pos = torch.arange(start, start + t, device=device)
+    got = tt.attention_prefill_at(q, k, v, kc, vc, pos, dh**-0.5, gate)
+    want = ref.attention_prefill_at(q, k, v, kc_ref, vc_ref, pos, dh**-0.5, gate)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), "cache rows differ"
+    assert_close(got, want, what=f"prefill_at T={t} start={start}")
+
+
+def test_prefill_at_same_call_any_start(gen, device, poisoned_outputs):
+    """One set of buffers replayed at several starts (what a captured graph does): each call matches the spec."""
+    t, hq, hkv, dh, s_cap = 6, 4, 2, 32, 120
+    q, k, v = _rand((t, hq, dh), gen, device), _rand((t, hkv, dh), gen, device), _rand((t, hkv, dh), gen, device)
+    kc, vc = _rand((s_cap, hkv, dh), gen, device), _rand((s_cap, hkv, dh), gen, device)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    pos = torch.zeros(t, dtype=torch.int64, device=device)
+    for start in (0, 17, 114):
+        pos.copy_(torch.arange(start, start + t))
+        got = tt.attention_prefill_at(q, k, v, kc, vc, pos, 0.2)
+        want = ref.attention_prefill_at(q, k, v, kc_ref, vc_ref, pos, 0.2)
+        assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+        assert_close(got, want, what=f"start {start}")
+
+
+def test_prefill_at_refuses_bad_positions(device):
+    q = torch.zeros(3, 4, 32, dtype=torch.bfloat16, device=device)
+    k = torch.zeros(3, 2, 32, dtype=torch.bfloat16, device=device)
+    kc = torch.zeros(10, 2, 32, dtype=torch.bfloat16, device=device)
+    with pytest.raises(KernelDtypeError):
+        tt.attention_prefill_at(q, k, k, kc, kc.clone(), torch.arange(3, dtype=torch.int32, device=device), 0.1)
+    with pytest.raises(KernelShapeError):
+        tt.attention_prefill_at(q, k, k, kc, kc.clone(), torch.arange(4, device=device), 0.1)
+    with pytest.raises(ValueError):
+        ref.attention_prefill_at(q, k, k, kc, kc.clone(), torch.tensor([0, 2, 3], device=device), 0.1)
+
+
 def test_prefill_split_plan():
     # 27B warm hit: 100 tokens x GQA 6 = 600 rows in 10 blocks of 64, 4 KV heads, 264 slots -> 4 splits (160 programs)
     assert tt.prefill_split_plan(100, 6, 4, 32868, 64, 64, 264) == 4

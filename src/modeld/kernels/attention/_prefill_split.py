@@ -28,10 +28,12 @@ MAX_PREFILL_SPLITS = 64  # the merge kernel's split block (a power of two)
 # kernel per tile then serves every suffix length, prefix length and split count, so serving never stalls on a
 # compile after the warm-up (`SlotEngineCell.warm_up` runs one split prefill per tile table).
 @triton.jit(do_not_specialize=["T", "start", "n_splits"])
-def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, T, start, qk_scale, HQ, n_splits,
+def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, pos_ptr, T, start, qk_scale, HQ, n_splits,
                           stride_qt, stride_qh, stride_cs, stride_ch,
                           GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          DOT_F32: tl.constexpr):
+                          START_FROM_PTR: tl.constexpr, DOT_F32: tl.constexpr):
+    if START_FROM_PTR:  # `attention_prefill_at`: the first position is read on the device (a captured graph)
+        start = tl.load(pos_ptr).to(tl.int32)
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["attention_prefill", "attention_decode"]
+__all__ = ["attention_prefill", "attention_prefill_at", "attention_decode"]
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, q_pos: torch.Tensor, scale: float):
@@ -69,6 +69,28 @@ def attention_prefill(
     q_pos = torch.arange(start, end, device=q.device)
     o = _attend(q, k_cache[:end], v_cache[:end], q_pos, scale)
     return _gate(o, gate)
+
+
+def attention_prefill_at(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`attention_prefill` with the positions given as a tensor: positions int64 [T] on q's device, the run
+    p, p+1, ..., p+T-1 with p >= 0 and p + T <= S; then identical to `attention_prefill(..., start=p, ...)`.
+    MUTATES k_cache[p:p+T] = k and v_cache[p:p+T] = v. (The Triton version reads p on the device and does not
+    check the run; a row at a position >= S is dropped on write there.)
+    """
+    t = q.shape[0]
+    p = int(positions[0]) if t else 0
+    if t and not torch.equal(positions.cpu(), torch.arange(p, p + t)):
+        raise ValueError("positions must be a run start, start + 1, ...")
+    return attention_prefill(q, k, v, k_cache, v_cache, p, scale, gate)
 
 
 def attention_decode(

@@ -44,7 +44,7 @@ from modeld.kernels.attention.configs import (AttentionConfig, decode_config, fu
                                               prefill_split_config)
 from modeld.kernels.errors import KernelShapeError, KernelStrideError, KernelValueError
 
-__all__ = ["attention_prefill", "attention_decode"]
+__all__ = ["attention_prefill", "attention_prefill_at", "attention_decode"]
 
 _LOG2E = 1.4426950408889634
 # Decode variant: "split3" = KV write + split + combine (three launches); "fused" = one launch.
@@ -61,12 +61,15 @@ PREFILL_VARIANTS = ("auto", "flash", "split")
 @triton.jit
 def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, start, S,
                      stride_kt, stride_kh, stride_vt, stride_vh, stride_cb, stride_cs, stride_ch,
-                     POS_FROM_PTR: tl.constexpr, HEAD_DIM: tl.constexpr):
+                     POS_FROM_PTR: tl.constexpr, HEAD_DIM: tl.constexpr, ROW_IS_SEQ: tl.constexpr = True):
     r = tl.program_id(0)  # token (prefill) or sequence (decode)
     h = tl.program_id(1)
     if POS_FROM_PTR:
         pos = tl.load(pos_ptr + r)
-        base = r.to(tl.int64) * stride_cb  # decode: row r is sequence r
+        if ROW_IS_SEQ:
+            base = r.to(tl.int64) * stride_cb  # decode: row r is sequence r
+        else:
+            base = tl.zeros([], dtype=tl.int64)  # attention_prefill_at: one sequence, positions from the device
     else:
         pos = start + r
         base = tl.zeros([], dtype=tl.int64)  # prefill: one sequence
@@ -187,20 +190,8 @@ def _check_heads(hq: int, hkv: int, dh: int) -> None:
         raise KernelShapeError(f"head dim Dh={dh} must be a power of two >= 16")
 
 
-def attention_prefill(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    start: int,
-    scale: float,
-    gate: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Prefill T tokens at positions start..start+T-1 (see the reference for the spec).
-
-    MUTATES k_cache/v_cache rows start..start+T-1. Raises KernelInputError subclasses on bad input.
-    """
+def _check_prefill(q, k, v, k_cache, v_cache, scale, gate):
+    """The shared input checks of both prefills: (T, Hq, Hkv, Dh, S, scale, device). Raises KernelInputError."""
     bf16 = (torch.bfloat16,)
     check_tensor("q", q, dtypes=bf16, shape=(None, None, None), contiguous=False)
     t, hq, dh = q.shape
@@ -215,9 +206,27 @@ def attention_prefill(
         _check_last_dim_unit(name, x)
     _check_heads(hq, hkv, dh)
     scale = _check_scale(scale)
+    device = check_same_device(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, gate=gate)
+    return t, hq, hkv, dh, s_cap, scale, device
+
+
+def attention_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    start: int,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Prefill T tokens at positions start..start+T-1 (see the reference for the spec).
+
+    MUTATES k_cache/v_cache rows start..start+T-1. Raises KernelInputError subclasses on bad input.
+    """
+    t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
         raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
-    device = check_same_device(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, gate=gate)
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
         return o
@@ -236,6 +245,40 @@ def attention_prefill(
         o.stride(0), o.stride(1),
         GQA=hq // hkv, HAS_GATE=gate is not None, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return o
+
+
+def attention_prefill_at(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`attention_prefill` with the positions on the device (see the reference for the spec): nothing depends on the
+    values of `positions` on the host, so a CUDA graph can replay it at any start. The split-KV kernel runs with a
+    split count planned for the whole cache capacity; rows past S are dropped on write and never attended.
+
+    MUTATES k_cache/v_cache rows positions[0]..positions[T-1] (< S). Raises KernelInputError subclasses."""
+    t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
+    check_tensor("positions", positions, dtypes=(torch.int64,), shape=(t,))
+    if positions.device != device:
+        raise KernelValueError(f"positions must be on {device}, got {positions.device}")
+    o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
+    if t == 0:
+        return o
+    _kv_write_kernel[(t, hkv)](
+        k, v, k_cache, v_cache, positions, 0, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=True, HEAD_DIM=dh, ROW_IS_SEQ=False, num_warps=1)
+    gqa = hq // hkv
+    cfg = prefill_split_config(dh, t * gqa, interpreting())
+    splits = prefill_split_plan(t, gqa, hkv, s_cap, cfg.block_m, cfg.block_n, _sm_count(device) * cfg.waves,
+                                MAX_PREFILL_SPLITS)
+    _prefill_split(q, gate if gate is not None else q, gate is not None, k_cache, v_cache, o, 0, scale, cfg, splits,
+                   positions)
     return o
 
 
@@ -266,17 +309,19 @@ def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int,
     return cfg, splits
 
 
-def _prefill_split(q, g, has_gate: bool, k_cache, v_cache, o, start: int, scale: float, cfg, splits: int) -> None:
-    """Split-KV passes of a prefill whose K/V rows are already in the cache. MUTATES o."""
+def _prefill_split(q, g, has_gate: bool, k_cache, v_cache, o, start: int, scale: float, cfg, splits: int,
+                   positions: torch.Tensor | None = None) -> None:
+    """Split-KV passes of a prefill whose K/V rows are already in the cache (start from `positions[0]` on the device
+    when given). MUTATES o."""
     t, hq, dh = q.shape
     hkv = k_cache.shape[1]
     gqa = hq // hkv
     part_o = torch.empty((t, hq, splits, dh), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((t, hq, splits), dtype=torch.float32, device=q.device)
     _prefill_split_kernel[(triton.cdiv(t * gqa, cfg.block_m), hkv, splits)](
-        q, k_cache, v_cache, part_o, part_lse, t, start, scale * _LOG2E, hq, splits,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        GQA=gqa, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        q, k_cache, v_cache, part_o, part_lse, positions if positions is not None else q, t, start, scale * _LOG2E,
+        hq, splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        GQA=gqa, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, START_FROM_PTR=positions is not None,
         DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     _decode_combine_kernel[(t, hq)](
         part_o, part_lse, g, o, hq, splits, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
