@@ -150,14 +150,16 @@ def hf_ttft(model, n: int, vocab: int, device, runs: int = 1) -> dict:
             "prefill_tok_per_s": n / min(samples)}
 
 
-def build_engine(cfg, source, device, capacity: int, slots: int = 1):
-    """Qwen35Engine, `slots` slots (one by default), the options of bench/engine_qwen3_5.py; Triton kernels +
-    CUDA graph on CUDA, the reference kernels (eager) elsewhere."""
+def build_engine(cfg, source, device, capacity: int, slots: int = 1, suffix_bucket: int = 0):
+    """Qwen35Engine, `slots` slots (one by default), the options of bench/engine_qwen3_5.py (and `suffix_bucket`,
+    EngineOptions' padded suffix step; 0 = off); Triton kernels + CUDA graph on CUDA, the reference kernels (eager)
+    elsewhere."""
     from modeld.execution.bindings import reference_kernels, triton_kernels
     from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
 
     ks = triton_kernels() if device.type == "cuda" else reference_kernels()
-    opts = EngineOptions(slots=slots, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
+    opts = EngineOptions(slots=slots, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2,
+                         suffix_bucket=suffix_bucket)
     return Qwen35Engine(cfg, source, device, ks, opts)
 
 
@@ -182,7 +184,7 @@ def hf_engine_state(args, R):
     return st
 
 
-def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1):
+def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, suffix_bucket: int = 0):
     """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
     (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with
     `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are dropped after the build."""
@@ -192,7 +194,7 @@ def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1):
     if profile != "bf16":
         src = QuantizedSource(src, profile)
     t0 = time.perf_counter()
-    eng = build_engine(st.cfg, src, st.dev, st.capacity, slots)
+    eng = build_engine(st.cfg, src, st.dev, st.capacity, slots, suffix_bucket)
     sync()
     build_s = time.perf_counter() - t0
     if profile != "bf16":

@@ -38,9 +38,11 @@ def parse(argv):
     ap.add_argument("--suffix", type=int, default=100, help="tokens prefilled per timed run (default 100)")
     ap.add_argument("--runs", type=int, default=12, help="timed runs per profile (default 12)")
     ap.add_argument("--profiled", type=int, default=5, help="runs under cProfile per profile (default 5)")
+    ap.add_argument("--suffix-bucket", type=int, default=0, metavar="N",
+                    help="EngineOptions.suffix_bucket (the suffix as one captured padded step; 0: off, the default)")
     ap.add_argument("--stub-kernels", action="store_true",
-                    help="CPU only: the engine's Triton bindings with every kernel launch a no-op (outputs are garbage; "
-                         "the wall is the Python around the launches)")
+                    help="CPU only: the engine's Triton bindings with every kernel launch a no-op (outputs are "
+                         "garbage; the wall is the Python around the launches)")
     a = ap.parse_args(argv)
     if a.stub_kernels and a.device != "cpu":
         ap.error("--stub-kernels needs --device cpu")
@@ -86,11 +88,12 @@ def main(argv=None) -> int:
             from modeld.execution.bindings import triton_kernels
             from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
 
-            opts = EngineOptions(slots=1, capacity=a.prefix + a.suffix + 64, prefill_chunk=2048, checkpoint_every=2048,
-                                 checkpoints=2, use_graph=False)
+            opts = EngineOptions(slots=1, capacity=a.prefix + max(a.suffix, a.suffix_bucket) + 64, prefill_chunk=2048,
+                                 checkpoint_every=2048, checkpoints=2, use_graph=False, suffix_bucket=a.suffix_bucket)
             eng = Qwen35Engine(cfg, src, dev, triton_kernels(), opts)
         else:
-            eng = C.build_engine(cfg, src, dev, a.prefix + a.suffix + 64)
+            eng = C.build_engine(cfg, src, dev, a.prefix + max(a.suffix, a.suffix_bucket) + 64,
+                                 suffix_bucket=a.suffix_bucket)
         eng.reset_slot(0)
         eng.prefill(0, prefix)
 

@@ -49,6 +49,9 @@ def parse(argv):
     ap.add_argument("--runs", type=int, default=3, help="timed runs per number, the best is reported (default 3)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF's timings (its model still holds the weights)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget (recorded; engine stages past it skip)")
+    ap.add_argument("--suffix-bucket", type=int, default=0, metavar="N",
+                    help="EngineOptions.suffix_bucket: the last piece of a prefill (<= N tokens) as one captured "
+                         "padded step (0: off, the default)")
     ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
                     help="also profile one warm prefix hit per engine (torch.profiler): the N kernels with the most "
                          "device time, their summed device time against the hit's wall time (0: off, the default)")
@@ -105,7 +108,7 @@ def engine_long(R, st, profile: str) -> dict:
     import torch
 
     a, vocab = R.args, st.cfg.vocab
-    eng, build_s = C.engine_from_hf(st, profile, a.seed, a.workers)
+    eng, build_s = C.engine_from_hf(st, profile, a.seed, a.workers, suffix_bucket=a.suffix_bucket)
     eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk, checkpoint_every=a.chunk)
     long_ids, prefix = C.ttft_ids(a.long, vocab), C.ttft_ids(a.prefix, vocab)
     turn = C.ttft_ids(a.suffix, vocab, offset=1)

@@ -37,6 +37,17 @@ def test_ttft_long_dry_run(tmp_path):
     assert doc["stages"]["engine_bf16"]["warm_vs_hf"]["max_abs"] < 1.0
 
 
+def test_ttft_long_with_the_suffix_bucket(tmp_path):
+    """--suffix-bucket: the warm hit's suffix and the cold run's last piece both take the padded step, and reuse
+    stays exact."""
+    out = tmp_path / "tl"
+    r = _run([str(BENCH / "ttft_long.py"), "--out", str(out), "--long", "40", "--prefix", "32", "--suffix", "5",
+              "--chunk", "32", "--runs", "1", "--profiles", "bf16", "--no-hf", "--suffix-bucket", "8", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    e = json.loads((out / "ttft_long.json").read_text())["stages"]["engine_bf16"]
+    assert e["warm_equals_cold"] and e["warm_vs_cold_logits_max_abs"] == 0.0, e
+
+
 def test_ttft_long_refuses_a_prefix_off_the_chunk_grid(tmp_path):
     r = _run([str(BENCH / "ttft_long.py"), "--out", str(tmp_path), "--prefix", "100", "--chunk", "32", *TINY], 60)
     assert r.returncode == 2 and "--chunk must divide --prefix" in r.stderr

@@ -18,6 +18,9 @@ class StepContext:
     prefill: `slot` is the sequence, `start` the position of the first token.
     decode:  `cache_lens` int32 [B] = positions of the new tokens (one per slot 0..B-1).
     `positions` [N] int64 absolute positions of the N rows (RoPE).
+    padded prefill (a captured bucket): `valid` int64 [1] = how many of the N rows are real (on the device), and
+    `pad_rows` bool [N] = the rows past it. The positions then carry the start (`start` is unused), and a model
+    must leave its state as if only the real rows had run.
     """
 
     decode: bool
@@ -25,3 +28,5 @@ class StepContext:
     slot: int = 0
     start: int = 0
     cache_lens: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+    pad_rows: torch.Tensor | None = None

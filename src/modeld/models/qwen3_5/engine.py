@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import functools
+
 import torch
 
 from modeld.execution.arena import Arena
 from modeld.execution.bindings import KernelSet, default_kernels
 from modeld.execution.checkpoints import StateCheckpoints
-from modeld.execution.errors import StateCapacityError, StateFormatError
+from modeld.execution.errors import GraphCaptureError, StateCapacityError, StateFormatError
+from modeld.execution.graphs import StepGraph
 from modeld.execution.slot_engine import SlotEngine
 from modeld.execution.sources import TensorSource
 from modeld.models.qwen3_5.config import Qwen35Config
@@ -44,6 +47,11 @@ class EngineOptions:
     checkpoint_every: int = 2048
     checkpoints: int = 4          # checkpoint entries per slot (0 disables prefix trimming reuse)
     use_graph: bool | None = None  # None: capture on CUDA, eager elsewhere; True: capture or raise
+    # > 0: the LAST piece of a prefill, when it has at most this many tokens and start + suffix_bucket fits the
+    # capacity, runs as one captured step padded to this many rows (pad rows leave the state alone: StepContext
+    # `valid`): an agent turn's suffix or a short prompt costs its kernels, not ~50 ms of launches
+    # (KNOWLEDGE/findings/warm-prefix-hit-is-device-bound-h200.md). 0: off (eager pieces only).
+    suffix_bucket: int = 0
 
 
 class Qwen35Engine(SlotEngine):
@@ -68,6 +76,37 @@ class Qwen35Engine(SlotEngine):
         self.ckpts = [StateCheckpoints(self.state, self.spec.fixed_names(), options.checkpoints)
                       for _ in range(options.slots)]
         self._init_slots(config.vocab)
+        self._buckets: list[StepGraph] = []
+        if options.suffix_bucket:
+            self._init_buckets(options.suffix_bucket)
+
+    def _init_buckets(self, n: int) -> None:
+        """Static inputs of the padded suffix step and one step per slot, captured like decode (into the empty
+        state, zeroed afterwards) when decode was captured."""
+        if not 1 <= n <= self.options.capacity:
+            raise StateCapacityError(f"suffix_bucket={n} must be in [1, capacity={self.options.capacity}]")
+        dev = self.device
+        self._bucket_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._bucket_start = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._bucket_valid = torch.ones(1, dtype=torch.int64, device=dev)
+        self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev)
+                         for slot in range(self.options.slots)]
+        if self.graph.captured:
+            try:
+                for g in self._buckets:
+                    g.capture()
+            except GraphCaptureError as exc:
+                if self.options.use_graph:
+                    raise
+                self.graph_error = str(exc)
+            self.state.zero_()
+            self.logits.zero_()
+
+    def _bucket_step(self, slot: int) -> torch.Tensor:
+        rows = torch.arange(self._bucket_ids.shape[0], device=self.device)
+        ctx = StepContext(decode=False, positions=self._bucket_start + rows, slot=slot, valid=self._bucket_valid,
+                          pad_rows=rows >= self._bucket_valid)
+        return self.forward(self._bucket_ids, ctx)  # [1, V] fp32: the last real row's logits
 
     # ---------------------------------------------------------------- prefill / decode
     def prefill(self, slot: int, tokens: Sequence[int], probe: Probe | None = None) -> torch.Tensor:
@@ -84,9 +123,17 @@ class Qwen35Engine(SlotEngine):
         while pos < end:
             stop = min(end, pos + chunk, (pos // every + 1) * every)
             ids = ids_all[pos - start : stop - start]
-            positions = torch.arange(pos, stop, dtype=torch.int64, device=self.device)
-            ctx = StepContext(decode=False, positions=positions, slot=slot, start=pos)
-            self.logits[slot].copy_(self.forward(ids, ctx, probe=probe)[0])
+            bucket = self.options.suffix_bucket
+            if (self._buckets and probe is None and stop == end and stop - pos <= bucket
+                    and pos + bucket <= self.options.capacity):
+                self._bucket_ids[: stop - pos].copy_(ids)
+                self._bucket_start.fill_(pos)
+                self._bucket_valid.fill_(stop - pos)
+                self.logits[slot].copy_(self._buckets[slot]()[0])
+            else:
+                positions = torch.arange(pos, stop, dtype=torch.int64, device=self.device)
+                ctx = StepContext(decode=False, positions=positions, slot=slot, start=pos)
+                self.logits[slot].copy_(self.forward(ids, ctx, probe=probe)[0])
             pos = stop
             self.lengths[slot] = pos
             if pos % every == 0 or pos == end:

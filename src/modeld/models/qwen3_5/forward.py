@@ -7,6 +7,12 @@ state h is rounded to bf16 exactly where HF rounds it. Every op goes through `ks
 tensor code here is views/reshapes into the projection outputs, the one `.contiguous()` for the
 GDN gate z (a column slice; the gated norm reads rows densely) and the final residual add.
 
+Padded prefill (StepContext `valid` / `pad_rows`: the engine's captured suffix bucket): the pad rows' b and a
+are set to -inf, so beta = 0 and g = 0 and the GDN recurrence skips them exactly; the conv state is put back to
+the last real inputs (`_conv_prefill_padded`); attention reads its start from the positions on the device
+(`attention_prefill_at`; pad rows write KV past the real length, which nothing reads before it is overwritten);
+the logits are the last real row's.
+
 Mutates only the state buffers passed in the context (KV at the written positions, conv and
 recurrent state of the slots it runs).
 """
@@ -85,6 +91,8 @@ class Qwen35Forward:
         kc, vc = self.s[f"kv.{i}.k"], self.s[f"kv.{i}.v"]  # [B, S, Hkv, Dh]
         if ctx.decode:
             o = ks.attention.attention_decode(q, k, v, kc, vc, ctx.cache_lens, self.scale, gate)
+        elif ctx.valid is not None:  # padded bucket: the start is read from the positions on the device
+            o = ks.attention.attention_prefill_at(q, k, v, kc[ctx.slot], vc[ctx.slot], ctx.positions, self.scale, gate)
         else:
             o = ks.attention.attention_prefill(q, k, v, kc[ctx.slot], vc[ctx.slot], ctx.start, self.scale, gate)
         return self.lin[f"L{i}.attn.o"](o.reshape(N, qd))  # [N, D]
@@ -97,10 +105,14 @@ class Qwen35Forward:
         ba = self.lin[f"L{i}.gdn.ba"](x)  # [N, 2*Hv]
         mixed = proj[:, :C]
         z = proj[:, C:].contiguous().view(N, Hv, c.lin_v_dim)
+        if ctx.pad_rows is not None:  # padded bucket: b = a = -inf gives the pad rows beta = 0 and g = 0, no update
+            ba = ba.masked_fill(ctx.pad_rows[:, None], float("-inf"))
         b, a = ba[:, :Hv], ba[:, Hv:]
         conv_state, rec = self.s[f"gdn.{i}.conv"], self.s[f"gdn.{i}.rec"]  # [B, W-1, C], [B, Hv, Dk, Dv]
         if ctx.decode:
             y = ks.conv1d.causal_conv1d_decode(mixed, w[f"L{i}.gdn.conv"], conv_state)  # [N, C]
+        elif ctx.valid is not None:
+            y = self._conv_prefill_padded(i, mixed, conv_state[ctx.slot], ctx)
         else:
             y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
         q = y[:, :kd].view(N, c.lin_k_heads, c.lin_k_dim)
@@ -113,6 +125,15 @@ class Qwen35Forward:
             o = ks.gdn.gdn_prefill(q, k, v, a, b, A_log, dt_bias, rec[ctx.slot])
         o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
+
+    def _conv_prefill_padded(self, i: int, mixed: torch.Tensor, state: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """The conv prefill of a padded bucket: its kernel leaves the last W-1 rows of [state; mixed] as the new
+        state, pad rows included; put back the last W-1 REAL inputs (rows valid .. valid+W-2 of [old state; mixed])."""
+        old = state.clone()
+        y = self.ks.conv1d.causal_conv1d_prefill(mixed, self.w[f"L{i}.gdn.conv"], state)
+        keep = ctx.valid + torch.arange(old.shape[0], device=old.device)
+        state.copy_(torch.cat([old, mixed]).index_select(0, keep))
+        return y
 
     def mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU MLP of layer i: [N, D] -> [N, D]."""
@@ -140,7 +161,10 @@ class Qwen35Forward:
                     probe.layer(i, h)
             else:
                 if last_only and not ctx.decode:
-                    m, h = m[-1:], h[-1:]
+                    if ctx.valid is not None:  # the last real row of a padded bucket
+                        m, h = m.index_select(0, ctx.valid - 1), h.index_select(0, ctx.valid - 1)
+                    else:
+                        m, h = m[-1:], h[-1:]
                 h = m + h  # the last layer's residual add (HF rounds it to bf16 the same way)
                 if probe is not None and probe.layer is not None:
                     probe.layer(i, h)
