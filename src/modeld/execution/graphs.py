@@ -25,9 +25,10 @@ class StepGraph:
     save and restore it around the capture.
     """
 
-    def __init__(self, fn: Callable[[], torch.Tensor], device: torch.device) -> None:
+    def __init__(self, fn: Callable[[], torch.Tensor], device: torch.device, name: str = "decode") -> None:
         self.fn = fn
         self.device = device
+        self.name = name
         self.graph = None
         self.output: torch.Tensor | None = None
 
@@ -49,7 +50,7 @@ class StepGraph:
             with torch.cuda.graph(graph):
                 self.output = self.fn()
         except Exception as exc:  # torch raises RuntimeError subclasses for capture faults
-            raise GraphCaptureError(f"decode graph capture failed: {exc}") from exc
+            raise GraphCaptureError(f"{self.name} graph capture failed: {exc}") from exc
         self.graph = graph
 
     def __call__(self) -> torch.Tensor:

@@ -89,7 +89,7 @@ class Qwen35Engine(SlotEngine):
         self._bucket_ids = torch.zeros(n, dtype=torch.int64, device=dev)
         self._bucket_start = torch.zeros(1, dtype=torch.int64, device=dev)
         self._bucket_valid = torch.ones(1, dtype=torch.int64, device=dev)
-        self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev)
+        self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev, f"suffix step (slot {slot})")
                          for slot in range(self.options.slots)]
         if self.graph.captured:
             try:
