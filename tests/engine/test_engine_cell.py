@@ -1,5 +1,7 @@
 """The qwen3_5 cell on CPU reference kernels: session contract, prefix reuse through GDN
-checkpoints, snapshot/restore continuing bit-identically, parking, seeded sampling."""
+checkpoints, snapshot/restore continuing bit-identically, parking, seeded sampling. Every test runs twice: with
+the plain prefill and with the padded suffix step (EngineOptions.suffix_bucket = 16), which serves the last
+piece of every prefill of up to 16 tokens."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ WID = "sha256:" + "ab" * 32
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 
 
-@pytest.fixture(scope="module")
-def cell(ckpt_dir):
+@pytest.fixture(scope="module", params=[0, 16], ids=["plain", "suffix-bucket"])
+def cell(ckpt_dir, request):
     # small checkpoint interval so trims inside a 40-token prompt hit a checkpoint
     return Qwen35Cell(ckpt_dir("tiny"), model_id="synthetic/qwen3_5-tiny-L4-seed0", weights_id=WID,
-                      device="cpu", n_ctx=256, options=EngineOptions(checkpoint_every=16, checkpoints=4))
+                      device="cpu", n_ctx=256,
+                      options=EngineOptions(checkpoint_every=16, checkpoints=4, suffix_bucket=request.param))
 
 
 def run(session, params=GREEDY):
