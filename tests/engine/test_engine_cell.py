@@ -35,6 +35,15 @@ def logits_bytes(cell):
     return cell.engine.logits[0].clone()
 
 
+def test_a_suffix_bucket_wider_than_the_context_shrinks_to_it(ckpt_dir):
+    c = Qwen35Cell(ckpt_dir("tiny"), model_id="synthetic/qwen3_5-tiny-L4-seed0", weights_id=WID, device="cpu",
+                   n_ctx=24, options=EngineOptions(suffix_bucket=128))
+    assert c.engine.options.suffix_bucket == 24
+    s = c.new_session()
+    s.ensure_prefix(random_prompt(1024, 10, 1))
+    assert len(run(s, SamplingParams(max_tokens=3, temperature=0.0))[0]) >= 1
+
+
 def test_capabilities_and_identity(cell):
     caps = cell.capabilities()
     assert caps.n_ctx == 256 and caps.n_vocab == 1024 and caps.snapshot_supported and caps.chat_template

@@ -63,7 +63,9 @@ class Qwen35Cell(SlotEngineCell):
         self.config = Qwen35Config.from_hf(self.artifact.config)
         self.tokenizer = Tokenizer(self.artifact.tokenizer_json)
         opts = options or EngineOptions()
-        opts = EngineOptions(**{**opts.__dict__, "slots": 1, "capacity": n_ctx})
+        # the padded suffix step needs its rows inside the context: a bucket wider than n_ctx shrinks to it
+        opts = EngineOptions(**{**opts.__dict__, "slots": 1, "capacity": n_ctx,
+                                "suffix_bucket": min(opts.suffix_bucket, n_ctx)})
         self.engine = Qwen35Engine(self.config, self.artifact.source, dev,
                                    kernels or default_kernels(dev), opts)
         self.sampler = SlotSampler(self.engine.kernels.sampling, 1, dev)
