@@ -163,6 +163,19 @@ def _offline_patches(mods):
             mod._sm_count = lambda device: 132
 
 
+def _with_env(name: str, value: str, thunk):
+    """thunk() with $name = value (variant switches are read per call), the old value put back after."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return thunk()
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def cases(dev: str):
     """(name, modules to record in, thunk) for every representative launch."""
     from modeld.kernels.attention import triton as att
@@ -226,6 +239,19 @@ def cases(dev: str):
     lens = torch.full((1,), 8000, dtype=torch.int32, device=dev)
     q1, g1 = rnd(1, hq, dh), rnd(1, hq, dh)
     yield "attention decode Dh=256", A, lambda: att.attention_decode(q1, kv[:1], kv[:1], kcb, vcb, lens, 0.0625, g1)
+    yield "attention decode split3 Dh=256", A, lambda: _with_env(
+        "MODELD_ATTN_DECODE", "split3", lambda: att.attention_decode(q1, kv[:1], kv[:1], kcb, vcb, lens, 0.0625, g1))
+    # split-KV prefill: a few new tokens over a long cached prefix (the wide and the few-row tile), and the
+    # captured suffix step's `attention_prefill_at` (positions on the device, split plan for the whole capacity)
+    kcl, vcl = rnd(32768, hkv, dh), rnd(32768, hkv, dh)
+    for tn in (100, 1):
+        qn, gn, kvn = rnd(tn, hq, dh), rnd(tn, hq, dh), rnd(tn, hkv, dh)
+        yield f"attention prefill split T={tn} over 32k", A, (lambda qn=qn, gn=gn, kvn=kvn: att.attention_prefill(
+            qn, kvn, kvn, kcl, vcl, 32000, 0.0625, gn))
+    qb, gb, kvb = rnd(128, hq, dh), rnd(128, hq, dh), rnd(128, hkv, dh)
+    posb = rnd(128, dtype=torch.int64) if not online else torch.arange(32000, 32128, device=dev)
+    yield "attention prefill_at T=128 (suffix bucket)", A, lambda: att.attention_prefill_at(
+        qb, kvb, kvb, kcl, vcl, posb, 0.0625, gb)
     yield "logits", [lg, lin], lambda: lg.final_norm_logits(x1, x1[0], w, 1e-6)
 
     me = sys.modules[__name__]
