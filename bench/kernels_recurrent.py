@@ -261,13 +261,17 @@ def bench_gdn(reps):
         try:
             case("gdn_prefill(chunked,v2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
                  tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+            # the preps against the default ($MODELD_GDN_PREP, read per call), each row beside the one above
+            for prep in [p for p in tt.PREP_KINDS if p != tt.V2_PREP and (T == 4096 or p == "product")]:
+                os.environ[tt.PREP_ENV] = prep
+                try:
+                    case(f"gdn_prefill(chunked,v2,{prep}prep)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                finally:
+                    os.environ.pop(tt.PREP_ENV)
             if T == 4096:
                 import modeld.kernels.gdn.triton as gt
 
-                gt.V2_BLOCKED_PREP = False  # v2 state/output split with v1's substitution prep
-                case("gdn_prefill(chunked,v2,v1prep)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                     lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                gt.V2_BLOCKED_PREP = True
                 default = gt.V2_OUTPUT_TILE
                 for tile in ((32, 4), (64, 8), (128, 8)):  # output-pass alternatives to re-pick the tile from
                     gt.V2_OUTPUT_TILE = tile
@@ -325,7 +329,7 @@ def aot_kernels():
     from modeld.kernels.embedding import triton as emb
     from modeld.kernels.gated_rmsnorm import triton as gnorm
     from modeld.kernels.gdn import _chunk_kernels as chunk, _chunk_kernels_v2 as chunk2, _recurrent_kernels as rec
-    from modeld.kernels.gdn import _chunk_prep_v2 as prep2, triton as gdn_tt
+    from modeld.kernels.gdn import _chunk_prep_product as prep3, _chunk_prep_v2 as prep2, triton as gdn_tt
     from modeld.kernels.rmsnorm import triton as norm
     from modeld.kernels.rope import triton as rope
     from modeld.kernels.sampling import triton as samp
@@ -358,6 +362,10 @@ def aot_kernels():
          alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32", **gdn_c),
          dict(num_warps=8, num_stages=1)),
+        ("gdn_product_prep", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, **gdn_c), dict(num_warps=8, num_stages=1)),
         ("gdn_v2_state", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32,
          state_ptr=f32, h_ptr=f32, T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="tf32", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=1)),

@@ -276,14 +276,58 @@ def test_prefill_v2_differs_from_v1_only_by_rounding(gen, device, monkeypatch):
     assert not torch.equal(s2, state)  # the state was written
 
 
-@pytest.mark.parametrize("blocked_prep, out_tile", [(True, (32, 4)), (False, (128, 8))],
-                         ids=["blocked-out32", "v1prep-out128"])
-def test_prefill_v2_variants_match_reference(blocked_prep, out_tile, gen, device, monkeypatch):
+@pytest.mark.parametrize("prep, out_tile", [("blocked", (32, 4)), ("substitution", (128, 8)), ("product", (64, 4))],
+                         ids=["blocked-out32", "v1prep-out128", "product-out64"])
+def test_prefill_v2_variants_match_reference(prep, out_tile, gen, device, monkeypatch):
     """The v2 knobs the benchmark sweeps: prep kind and output tile, on a Dv that is not a power of 2."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setattr(tt, "V2_BLOCKED_PREP", blocked_prep)
+    monkeypatch.setenv(tt.PREP_ENV, prep)
     monkeypatch.setattr(tt, "V2_OUTPUT_TILE", out_tile)
     _check("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
+
+
+def _correlated(args, gen, spread=0.05):
+    """The inputs with keys close to one direction (k̂ᵢ·k̂ⱼ ≈ 1) and β ≈ 1: strictly lower L has entries near 1,
+    so the powers in the product prep's series grow to ~1e3 (its tf32 failure mode) and (I + L)⁻¹ is far from I."""
+    q, k, v, a, b, A_log, dt_bias = args
+    base = torch.randn(1, k.shape[1], k.shape[2], generator=gen)
+    k = (base + spread * torch.randn(k.shape, generator=gen)).to(k.dtype).to(k.device)
+    b = (torch.rand(b.shape, generator=gen) * 2 + 4).to(b.dtype).to(b.device)
+    return q, k, v, a, b, A_log, dt_bias
+
+
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=_ids(CHUNK_VERSION_CPU))
+def test_prefill_v2_preps_match_reference_slow_decay(case, prep, gen, device, monkeypatch):
+    """Every prep ($MODELD_GDN_PREP) under v2, from a non-zero state, with cross-sub-block terms that matter."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check("gdn_prefill", case, gen, device, slow_decay=True)
+
+
+def _check_correlated(case, gen, device):
+    *args, state = _inputs(*case, gen, device, decode=False, slow_decay=True)
+    args = _correlated(args, gen)
+    s_ref, s_tt = state.clone(), state.clone()
+    want = ref.gdn_prefill(*args, s_ref)
+    assert_close(tt.gdn_prefill(*args, s_tt), want)
+    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=cuda_available()), what="state")
+
+
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+def test_prefill_v2_preps_correlated_keys(prep, gen, device, monkeypatch):
+    """Near-parallel keys with β ≈ 1 (the inverse's hard case) through every prep; two full chunks and a tail."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check_correlated((150, 1, 2, 32, 16), gen, device)
+
+
+def test_prefill_bad_prep_raises(gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "lu")
+    *args, state = _inputs(3, 1, 1, 16, 16, gen, device, decode=False)
+    with pytest.raises(KernelValueError, match="MODELD_GDN_PREP"):
+        tt.gdn_prefill(*args, state)
 
 
 def test_prefill_bad_chunk_version_raises(gen, device, monkeypatch):
@@ -300,6 +344,27 @@ def test_prefill_bad_chunk_version_raises(gen, device, monkeypatch):
 def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, version)
     _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+@pytest.mark.parametrize("case", [(500, 16, 48, 128, 128), (777, 3, 9, 96, 80)], ids=_ids([(500, 16, 48, 128, 128),
+                                                                                         (777, 3, 9, 96, 80)]))
+def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypatch):
+    """The product prep's series in tf32x3 holds the tf32 row where plain tf32 would not (27B heads)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check_correlated(case, gen, device)
 
 
 @pytest.mark.gpu

@@ -2,7 +2,7 @@
 
 v1 (`_chunk_kernels.py`) runs the intra-chunk output inside its sequential chunk loop on only
 (Dv/32)·Hv programs. After the prep launch (U, W, γ into fp32 scratch: `_chunk_prep_v2.py`'s blocked
-inverse, or v1's prep when triton.V2_BLOCKED_PREP is False) v2 splits the rest like the algebra's
+inverse, `_chunk_prep_product.py`'s products or v1's prep, by triton.prep_kind()) v2 splits the rest like the algebra's
 dependency graph:
 
 1. `_chunk_state_kernel`, grid (Dv/BLOCK_V, Hv) — the only sequential part, and only what the next

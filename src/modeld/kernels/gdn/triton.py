@@ -27,6 +27,7 @@ from modeld.kernels._checks import check_same_device, interpreting
 from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
+from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
 from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_state_kernel
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
@@ -85,9 +86,16 @@ assert CHUNK == 4 * SUB, "the blocked (I + L)⁻¹ of _chunk_prep_v2.py is writt
 V2_STATE_TILE = (32, 4)
 V2_STATE_STAGES = 2
 V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687, (64, 8) 1737, (32, 4) 1827
-# v2 prep: blocked 16×16 (I + L)⁻¹ (`_chunk_prep_v2.py`); False keeps v1's substitution prep, so a
-# benchmark can split the gain between the new prep and the state/output split
-V2_BLOCKED_PREP = True
+# v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
+# substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
+# (`_chunk_prep_product.py`: no cross-warp reductions; its ten inverse products' series part at INV_PRECISION);
+# "substitution" = v1's 63-step prep, so a benchmark can split the gain between a prep and the state/output split
+PREP_ENV = "MODELD_GDN_PREP"
+PREP_KINDS = ("blocked", "product", "substitution")
+V2_PREP = "blocked"
+# the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
+# inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
+INV_PRECISION = "tf32x3"
 
 
 def chunk_version() -> str:
@@ -96,6 +104,14 @@ def chunk_version() -> str:
     if version not in CHUNK_VERSIONS:
         raise KernelValueError(f"{CHUNK_ENV}={version!r}: expected one of {', '.join(CHUNK_VERSIONS)}")
     return version
+
+
+def prep_kind() -> str:
+    """v2's chunk prep: $MODELD_GDN_PREP if set, else V2_PREP. Raises KernelValueError."""
+    kind = os.environ.get(PREP_ENV) or V2_PREP
+    if kind not in PREP_KINDS:
+        raise KernelValueError(f"{PREP_ENV}={kind!r}: expected one of {', '.join(PREP_KINDS)}")
+    return kind
 
 
 def decode_version() -> str:
@@ -171,7 +187,7 @@ def _check_dims(Dk: int, Dv: int) -> None:
         raise KernelShapeError(f"Dk={Dk}, Dv={Dv}: this kernel keeps [Dk, Dv] tiles in registers (max {MAX_DK})")
 
 
-def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1"):
+def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution"):
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device)
@@ -184,12 +200,16 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1"):
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
-    prep = _chunk_prep_blocked_kernel if version == "v2" and V2_BLOCKED_PREP else _chunk_prep_kernel
+    prep, extra = _chunk_prep_kernel, {}
+    if kind == "blocked":
+        prep = _chunk_prep_blocked_kernel
+    elif kind == "product":
+        prep, extra = _chunk_prep_product_kernel, dict(INV_PRECISION=INV_PRECISION, SUB=SUB)
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
-        num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
+        num_warps=8, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
     if version == "v2":
         _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv)
@@ -242,15 +262,16 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
 
     Returns o [T, Hv, Dv] in v's dtype. Mutates `state`: read as the initial state, overwritten
     with the final one. Raises KernelInputError subclasses (KernelValueError for a bad
-    $MODELD_GDN_CHUNK).
+    $MODELD_GDN_CHUNK or $MODELD_GDN_PREP).
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
     check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state)
     _check_dims(q.shape[2], v.shape[2])
     version = chunk_version()
+    kind = prep_kind() if version == "v2" else "substitution"
     if q.shape[2] > MAX_DK_CHUNKED:
         return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0])
-    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version)
+    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind)
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

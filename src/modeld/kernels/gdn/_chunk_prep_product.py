@@ -1,0 +1,86 @@
+"""Chunk prep by products (MODELD_GDN_PREP=product): the (U, W, γ) of `_chunk_prep_v2.py` with (I + L)⁻¹ built
+from whole 64×64 tile products instead of row-by-row substitution.
+
+Why: the blocked prep's four 15-step substitutions reduce across the tile at every step. With 8 warps each
+reduction crosses warps through shared memory: its sm_90 SASS has 189 barriers and 472 shuffles in 8,056
+instructions, at 255 registers with 556 B of spills, so one CTA fits an SM (27B, T = 32768: 0.33 s of the 3.9 s
+cold prefill; KNOWLEDGE/findings/warm-prefix-hit-is-device-bound-h200.md). Products need no reductions and run on
+the tensor cores.
+
+The algebra (C = 64, SUB = 16, L strictly lower): split L = Ld + Lo into its four 16×16 diagonal blocks Ld and
+the rest Lo (strictly block-lower). Ld is nilpotent of order SUB, so
+    D = (I + Ld)⁻¹ = Σ_{k<16} (−Ld)ᵏ = (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸)          6 products
+and with M = D Lo (strictly block-lower, M⁴ = 0), I + L = (I + Ld)(I + M):
+    X = (I + L)⁻¹ = (I + M)⁻¹ D = (I − M)(I + M²) D                                  4 products
+    U = X diag(β) V,  W = X diag(β e^γ) K̂                                            2 products
+Precision: powers of Ld grow with the keys' correlation (k̂ᵢ·k̂ⱼ ≈ 1, β ≈ 1, no decay: Ld⁸'s entries reach
+C(15, 8) ≈ 6e3 while D's stay ≤ 1), so the ten inverse products run at INV_PRECISION ("tf32x3" on the GPU:
+three tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway); L, U and W keep PRECISION like the
+other preps. Splitting at SUB = 16 bounds that growth (a single-level series over 64 rows would reach C(63, 32)).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from modeld.kernels.gdn._chunk_kernels import _load_unit_rows
+from modeld.kernels.gdn._recurrent_kernels import gdn_gate_values
+
+
+@triton.jit
+def _chunk_prep_product_kernel(
+    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
+    T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+    INV_PRECISION: tl.constexpr, SUB: tl.constexpr,
+):
+    """Writes u, w [Hv, T, *] and gam [Hv, T] for chunk program_id(0), head program_id(1)."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    hk = hv // HEAD_RATIO
+    ts = n * CHUNK + tl.arange(0, CHUNK)
+    tmask = ts < T
+    dk = tl.arange(0, BLOCK_K)
+    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK] fp32
+    a = tl.load(a_ptr + ts.to(tl.int64) * stride_at + hv, mask=tmask, other=0.0).to(tl.float32)
+    b_raw = tl.load(b_ptr + ts.to(tl.int64) * stride_bt + hv, mask=tmask, other=0.0)
+    A_log = tl.load(alog_ptr + hv).to(tl.float32)
+    dt_bias = tl.load(dtb_ptr + hv).to(tl.float32)
+    g, beta = gdn_gate_values(a, b_raw.to(tl.float32), A_log, dt_bias, b_raw.dtype)
+    g = tl.where(tmask, g, 0.0)
+    beta = tl.where(tmask, beta, 0.0)  # padded rows: L rows of 0, so X is the identity there
+    gam = tl.cumsum(g, axis=0)
+    tl.store(gam_ptr + hv.to(tl.int64) * T + ts, gam, mask=tmask)
+
+    r = tl.arange(0, CHUNK)[:, None]
+    s = tl.arange(0, CHUNK)[None, :]
+    decay = tl.exp(tl.minimum(gam[:, None] - gam[None, :], 0.0))
+    L = tl.where(r > s, beta[:, None] * tl.dot(K, tl.trans(K), input_precision=PRECISION) * decay, 0.0)
+    diag = (r // SUB) == (s // SUB)
+    Ld = tl.where(diag, L, 0.0)
+    Lo = L - Ld
+    # D = (I + Ld)⁻¹ as (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸)
+    D = tl.where(r == s, 1.0, 0.0) - Ld
+    P = tl.dot(Ld, Ld, input_precision=INV_PRECISION)
+    D += tl.dot(D, P, input_precision=INV_PRECISION)
+    P = tl.dot(P, P, input_precision=INV_PRECISION)
+    D += tl.dot(D, P, input_precision=INV_PRECISION)
+    P = tl.dot(P, P, input_precision=INV_PRECISION)
+    D += tl.dot(D, P, input_precision=INV_PRECISION)
+    # X = (I − M)(I + M²) D with M = D Lo
+    M = tl.dot(D, Lo, input_precision=PRECISION)
+    Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)
+    X = Y - tl.dot(M, Y, input_precision=PRECISION)
+
+    dv = tl.arange(0, BLOCK_DV)
+    V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
+                mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
+    U = tl.dot(X, beta[:, None] * V, input_precision=PRECISION)
+    # k̂ re-read (L2) rather than kept live through the inverse: holding it spilled more
+    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)
+    W = tl.dot(X, (beta * tl.exp(gam))[:, None] * K, input_precision=PRECISION)
+    rows = hv.to(tl.int64) * T + ts
+    tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
+    tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])
