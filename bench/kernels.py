@@ -378,8 +378,9 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "suffix", "gemm", "gemm-more",
-                          "sweep-gemv", "sweep-attention", "sweep-suffix", "sweep-suffix-gemm", "sweep-gemm")
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "prefill-loops", "suffix", "gemm",
+                          "gemm-more", "sweep-gemv", "sweep-attention", "sweep-suffix", "sweep-suffix-gemm",
+                          "sweep-gemm")
 
 
 def recurrent(out):
@@ -497,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     if "prefill" in sections:
         for t in (2048, 8192):
             A.bench_attention_prefill(t, 24, 4, 256, reps, gen)
+    if "prefill-loops" in sections:  # the one-pass prefill's key loops side by side; 30720: a 32k prompt's last chunk
+        for t, start in ((2048, 0), (8192, 0), (2048, 30720)):
+            for loop in ("masked", "split"):
+                A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, loop=loop)
     if "suffix" in sections or "sweep-suffix" in sections:
         A.suffix_section(reps, gen, sweep="sweep-suffix" in sections)
     if "gemm" in sections:

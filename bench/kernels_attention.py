@@ -13,25 +13,49 @@ import torch
 import bench.kernels as K
 
 
+@contextmanager
+def _env(name, value):
+    """$name = value inside the block (None: leave it as it is), the old value put back after."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
 @K.guarded
-def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag=""):
+def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag="", start=0, loop=None):
+    """The one-pass causal prefill of t new tokens after `start` cached ones, with the key loop `loop`
+    ($MODELD_ATTN_CAUSAL_LOOP; None: the default). The SDPA baseline runs only at start 0 (its is_causal is aligned
+    to the top left, so it has no prefix form)."""
     from modeld.kernels.attention import triton as att
     q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
     gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
     k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
-    kc, vc = torch.empty(t, hkv, dh, device="cuda").bfloat16(), torch.empty(t, hkv, dh, device="cuda").bfloat16()
-    p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, 0, dh**-0.5, gate), 1, reps)
-    qs, ks = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, Dh]
+    kc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
+    vc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
+    with _env(att.CAUSAL_LOOP_ENV, loop), _env(att.PREFILL_ENV, "flash"):
+        p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
+        used = att.causal_loop()
+    b50 = None
+    if start == 0:
+        qs, ks = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, Dh]
 
-    def base(i):
-        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, ks, is_causal=True, scale=dh**-0.5, enable_gqa=True)
-        return o * torch.sigmoid(gate.transpose(0, 1)[None])
-    b50, _ = K.time_calls(base, 1, reps)
-    flops = 4 * hq * dh * t * (t + 1) / 2
+        def base(i):
+            o = torch.nn.functional.scaled_dot_product_attention(qs, ks, ks, is_causal=True, scale=dh**-0.5,
+                                                                 enable_gqa=True)
+            return o * torch.sigmoid(gate.transpose(0, 1)[None])
+        b50, _ = K.time_calls(base, 1, reps)
+    flops = 4 * hq * dh * t * (start + (t + 1) / 2)
     tf = flops / (p50 * 1e-3) / 1e12
-    K.add_row(f"attention prefill{tag}", f"T{t} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s", p50, p90, tf, "TFLOP/s",
-              tf / K.CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate", "torch SDPA causal GQA + gate", b50,
-              dict(att.prefill_config(dh, False).__dict__))
+    K.add_row(f"attention prefill{tag} ({used} loop)", f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s",
+              p50, p90, tf, "TFLOP/s", tf / K.CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate",
+              "torch SDPA causal GQA + gate" if b50 else None, b50, dict(att.prefill_config(dh, False).__dict__))
 
 
 # split-KV prefill candidates (attention/configs.PREFILL_SPLIT[Dh] / PREFILL_SPLIT_FEW[Dh] as (BM rows, BN, warps,

@@ -95,10 +95,38 @@ PREFILL_CASES = [
 ]
 
 
+@pytest.fixture(params=tt.CAUSAL_LOOPS)
+def causal_loop(request, monkeypatch):
+    """Runs the test once per key loop of the one-pass prefill ($MODELD_ATTN_CAUSAL_LOOP, as benches select it)."""
+    monkeypatch.setenv(tt.CAUSAL_LOOP_ENV, request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", PREFILL_CASES,
                          ids=[f"T{c[0]}-start{c[1]}-Hq{c[2]}-Hkv{c[3]}-Dh{c[4]}{'-gate' if c[6] else ''}" for c in PREFILL_CASES])
-def test_prefill_matches_reference(t, start, hq, hkv, dh, s_cap, gated, gen, device, poisoned_outputs):
+def test_prefill_matches_reference(t, start, hq, hkv, dh, s_cap, gated, causal_loop, gen, device, poisoned_outputs):
     _check_prefill(t, start, hq, hkv, dh, s_cap, gated, gen, device)
+
+
+def test_split_causal_loop_skips_masks_only_where_every_row_sees_the_keys(gen, device, poisoned_outputs,
+                                                                          monkeypatch):
+    """The unmasked loop must stop at the block's first position rounded DOWN to a key tile: starts that are not a
+    multiple of the interpreter's 16-key tile, so a block's first tile holds keys some rows must not see."""
+    monkeypatch.setenv(tt.CAUSAL_LOOP_ENV, "split")
+    monkeypatch.setenv(tt.PREFILL_ENV, "flash")
+    for start in (7, 16, 33):
+        _check_prefill(40, start, 4, 2, 32, start + 45, True, gen, device)
+
+
+def test_causal_loop_switch_raises_before_touching_the_cache(gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CAUSAL_LOOP_ENV, "diagonal")
+    q, k = _rand((3, 2, 32), gen, device), _rand((3, 1, 32), gen, device)
+    kc = torch.zeros(8, 1, 32, dtype=torch.bfloat16, device=device)
+    with pytest.raises(KernelValueError, match="MODELD_ATTN_CAUSAL_LOOP"):
+        tt.attention_prefill(q, k, k, kc, kc.clone(), 0, 0.1)
+    assert int(kc.count_nonzero()) == 0
+    monkeypatch.delenv(tt.CAUSAL_LOOP_ENV)
+    assert tt.causal_loop() == tt.CAUSAL_LOOP
 
 
 # Split-KV prefill (few new tokens over a long prefix). Under the interpreter: 16-row / 16-key tiles and 8
@@ -368,7 +396,7 @@ def test_bad_inputs_raise(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("t,start", [(1, 0), (500, 0), (2048, 0), (300, 1000), (4096, 4096)])
 @pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
-def test_gpu_prefill(t, start, hq, hkv, dh, gated, gen, device, poisoned_outputs):
+def test_gpu_prefill(t, start, hq, hkv, dh, gated, causal_loop, gen, device, poisoned_outputs):
     _check_prefill(t, start, hq, hkv, dh, start + t + 17, gated, gen, device)
 
 

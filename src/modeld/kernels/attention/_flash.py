@@ -1,4 +1,4 @@
-"""Shared Triton pieces of the split-KV decode kernels (`attention.triton` and `attention._decode_fused`)."""
+"""Shared Triton pieces of the attention kernels (`attention.triton`, `attention._decode_fused`)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,42 @@ def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m
         l_i = l_i * alpha + tl.sum(p, axis=1)
         vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
                      mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        if DOT_F32:
+            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m_i, l_i, acc,
+                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DOT_F32: tl.constexpr):
+    """`attend_cache_rows` for the one-pass prefill: query rows at positions q_pos [BLOCK_M] see keys <= their
+    position. MASKED=False is for key ranges every row sees in full ([lo, hi) a multiple of BLOCK_N below the
+    block's first position): no load masks, no causal select. MASKED=True masks both (the diagonal tiles)."""
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if MASKED:
+            n_ok = offs_n < hi
+            kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
+                         mask=n_ok[None, :], other=0.0)  # [Dh, BN]
+        else:
+            kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None])
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt) * qk_scale  # [BM, BN], log2 units
+        if MASKED:
+            s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if MASKED:
+            vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
+                         mask=n_ok[:, None], other=0.0)  # [BN, Dh]
+        else:
+            vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :])
         if DOT_F32:
             acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
         else:

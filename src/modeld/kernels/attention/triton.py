@@ -38,7 +38,8 @@ from modeld.kernels._checks import check_same_device, check_tensor, interpreting
 from modeld.kernels._pdl import light_kwargs
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
-from modeld.kernels.attention._flash import attend_cache_rows, load_group_queries, store_split_partial
+from modeld.kernels.attention._flash import (attend_cache_rows, attend_causal_rows, load_group_queries,
+                                              store_split_partial)
 from modeld.kernels.attention._prefill_split import MAX_PREFILL_SPLITS, _prefill_split_kernel, prefill_split_plan
 from modeld.kernels.attention.configs import (AttentionConfig, decode_config, fused_decode_config, prefill_config,
                                               prefill_split_config)
@@ -56,6 +57,13 @@ DECODE_VARIANTS = ("split3", "fused")
 DECODE_VARIANT = "fused"
 PREFILL_ENV = "MODELD_ATTN_PREFILL"
 PREFILL_VARIANTS = ("auto", "flash", "split")
+# The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
+# "split" = the tiles below the block's first position in a loop without masks, then the diagonal tiles masked
+# (the split of Triton's fused-attention tutorial). $MODELD_ATTN_CAUSAL_LOOP (read per call) overrides
+# CAUSAL_LOOP. Offline sm_90 compile, 27B Dh 256 tile: both 255 registers; H200 time not yet measured.
+CAUSAL_LOOP_ENV = "MODELD_ATTN_CAUSAL_LOOP"
+CAUSAL_LOOPS = ("masked", "split")
+CAUSAL_LOOP = "masked"
 
 
 @triton.jit
@@ -86,7 +94,7 @@ def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, start, S,
 def _prefill_kernel(q_ptr, g_ptr, kc_ptr, vc_ptr, o_ptr, T, start, qk_scale,
                     stride_qt, stride_qh, stride_gt, stride_gh, stride_cs, stride_ch, stride_ot, stride_oh,
                     GQA: tl.constexpr, HAS_GATE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_LOOP: tl.constexpr, DOT_F32: tl.constexpr):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
     kvh = h // GQA
@@ -102,26 +110,13 @@ def _prefill_kernel(q_ptr, g_ptr, kc_ptr, vc_ptr, o_ptr, T, start, qk_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     hi = tl.minimum(start + (pid_m + 1) * BLOCK_M, start + T)  # keys this block can see
     kv_base = kvh * stride_ch
-    for n0 in range(0, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < hi
-        kt = tl.load(kc_ptr + kv_base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
-                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * qk_scale  # [BM, BN], log2 units
-        s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(vc_ptr + kv_base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
-                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
-        m_i = m_new
+    full = 0
+    if SPLIT_LOOP:  # whole key tiles below the block's first position: every row sees them, nothing to mask
+        full = (start + pid_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        m_i, l_i, acc = attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, kv_base, 0, full, stride_cs, d, qk_scale,
+                                           m_i, l_i, acc, BLOCK_N, False, DOT_F32)
+    m_i, l_i, acc = attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, kv_base, full, hi, stride_cs, d, qk_scale,
+                                       m_i, l_i, acc, BLOCK_N, True, DOT_F32)
     o = acc / l_i[:, None]
     if HAS_GATE:
         g = tl.load(g_ptr + offs_m[:, None] * stride_gt + h * stride_gh + d[None, :], mask=m_ok[:, None], other=0.0)
@@ -227,6 +222,8 @@ def attention_prefill(
     t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
         raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
+    split_loop = causal_loop() == "split"  # both switches raise before the cache is touched
+    prefill_variant()
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
         return o
@@ -244,7 +241,8 @@ def attention_prefill(
         q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
         o.stride(0), o.stride(1),
         GQA=hq // hkv, HAS_GATE=gate is not None, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        SPLIT_LOOP=split_loop, DOT_F32=interpreting(), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     return o
 
 
@@ -288,6 +286,14 @@ def prefill_variant() -> str:
     if variant not in PREFILL_VARIANTS:
         raise KernelValueError(f"{PREFILL_ENV}={variant!r}: expected one of {', '.join(PREFILL_VARIANTS)}")
     return variant
+
+
+def causal_loop() -> str:
+    """The one-pass prefill's key loop: $MODELD_ATTN_CAUSAL_LOOP if set, else CAUSAL_LOOP. Raises KernelValueError."""
+    loop = os.environ.get(CAUSAL_LOOP_ENV) or CAUSAL_LOOP
+    if loop not in CAUSAL_LOOPS:
+        raise KernelValueError(f"{CAUSAL_LOOP_ENV}={loop!r}: expected one of {', '.join(CAUSAL_LOOPS)}")
+    return loop
 
 
 def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int,

@@ -1,0 +1,81 @@
+"""Offline sm_90 SASS of the one-pass prefill attention kernel, per key loop ($MODELD_ATTN_CAUSAL_LOOP), on CPU.
+
+The 27B launch (Hq 24, Hkv 4, Dh 256, gated, a 2,048-token chunk after 8,192 cached tokens) is recorded instead of
+run (`bench.feasibility._record`), compiled for sm_90a with Triton's bundled ptxas and disassembled with its
+cuobjdump. For each loop (a backward branch) the script counts the instructions in the body by opcode: the
+per-iteration work of the key loop, which a static count of the whole kernel hides.
+
+    PYTHONPATH=src:. python3 bench/attention_prefill_sass.py [--out /tmp/attn_sass.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+OPS = ("HGMMA", "FSEL", "ISETP", "MUFU", "FMNMX", "FMUL", "FADD", "FFMA", "LDGSTS", "BAR", "LDL", "STL")
+
+
+def _opcode(text: str) -> str:
+    words = text.split()
+    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+
+
+def loops(sass: str) -> list[dict]:
+    """One entry per backward branch: its address range, length and opcode counts of the body."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    out = []
+    for addr, text in ins:
+        if "BRA" not in text.split():
+            continue
+        target = re.search(r"0x([0-9a-f]+)", text.split("BRA", 1)[1])
+        if not target or int(target.group(1), 16) >= addr:
+            continue
+        lo = int(target.group(1), 16)
+        counts = collections.Counter(_opcode(t) for a, t in ins if lo <= a <= addr)
+        out.append({"from": hex(lo), "to": hex(addr), "instructions": sum(counts.values()),
+                    "ops": {op: counts[op] for op in OPS}})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="write the result as JSON here")
+    a = ap.parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)
+    import torch
+
+    from bench import feasibility as feas
+    from modeld.kernels.attention import triton as att
+
+    feas._offline_patches([att])
+    t, hq, hkv, dh, start = 2048, 24, 4, 256, 8192
+    qg = torch.empty(t, hq, 2 * dh, dtype=torch.bfloat16)
+    kv = torch.empty(t, hkv, dh, dtype=torch.bfloat16)
+    cache = torch.empty(start + t, hkv, dh, dtype=torch.bfloat16)
+    result = {}
+    for loop in att.CAUSAL_LOOPS:
+        launches = feas._record([att], lambda: feas._with_env(att.CAUSAL_LOOP_ENV, loop, lambda: feas._with_env(
+            att.PREFILL_ENV, "flash", lambda: att.attention_prefill(qg[..., :dh], kv, kv, cache, cache, start,
+                                                                    dh**-0.5, qg[..., dh:]))))
+        jit, _, args, kwargs = next(r for r in launches if r[0].__name__ == "_prefill_kernel")
+        kernel, regs, spills = feas._compile_offline(jit, args, kwargs)
+        _, obj = feas.ptxas_sm90(kernel.asm["ptx"], f"attn_{loop}")
+        sass = feas.cuobjdump_sass(obj)
+        result[loop] = {"registers": regs, "spill_bytes": spills, "loops": loops(sass),
+                        "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))}
+        print(f"{loop}: {regs} registers, {spills} B spilled, {result[loop]['instructions']} instructions")
+        for body in result[loop]["loops"]:
+            print(f"   loop {body['from']}..{body['to']}: {body['instructions']} instructions {body['ops']}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"launch": f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", **result}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
