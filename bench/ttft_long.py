@@ -25,6 +25,7 @@ engine_<profile> stage per --profiles entry. Writes $OUT/ttft_long.json after ev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import os
@@ -55,10 +56,59 @@ def parse(argv):
     ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
                     help="also profile one warm prefix hit per engine (torch.profiler): the N kernels with the most "
                          "device time, their summed device time against the hit's wall time (0: off, the default)")
+    ap.add_argument("--cold-ab", default="", metavar="SPEC",
+                    help="extra cold-TTFT variants, each run --runs times alternated with the default in the same "
+                         "process (ratios, and logits against the default's): comma-separated, each NAME=VALUE pairs "
+                         "joined by '+', NAME an environment switch read per call (MODELD_GDN_PREP=product, "
+                         "MODELD_ATTN_CAUSAL_LOOP=split) or 'chunk' (the prefill chunk), e.g. "
+                         "'MODELD_GDN_PREP=product,chunk=8192'")
     a = ap.parse_args(argv)
     if min(a.long, a.prefix, a.suffix, a.chunk, a.runs) < 1 or a.prefix % a.chunk:
         ap.error("--long, --prefix, --suffix, --chunk and --runs must be >= 1, and --chunk must divide --prefix")
+    try:
+        a.cold_ab = parse_ab(a.cold_ab)
+    except ValueError as e:
+        ap.error(f"--cold-ab: {e}")
     return a
+
+
+def parse_ab(spec: str) -> list[tuple[str, dict[str, str], int | None]]:
+    """'A=1+B=2,chunk=8192' -> [(label, {env}, chunk or None)]. Raises ValueError on a malformed item."""
+    variants = []
+    for item in [i for i in spec.split(",") if i]:
+        env, chunk = {}, None
+        for pair in item.split("+"):
+            name, eq, value = pair.partition("=")
+            if not eq or not name or not value:
+                raise ValueError(f"{pair!r} is not NAME=VALUE")
+            if name == "chunk":
+                if not value.isdigit() or int(value) < 1:
+                    raise ValueError(f"chunk={value!r} is not a positive integer")
+                chunk = int(value)
+            elif not name.startswith("MODELD_"):
+                raise ValueError(f"{name!r}: only MODELD_* switches (or chunk) can be varied")
+            else:
+                env[name] = value
+        variants.append((item, env, chunk))
+    return variants
+
+
+@contextlib.contextmanager
+def variant(eng, env: dict[str, str], chunk: int | None):
+    """The engine with the variant's switches set and prefill chunk, both put back after."""
+    saved_env, saved_options = {k: os.environ.get(k) for k in env}, eng.options
+    os.environ.update(env)
+    if chunk:
+        eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk)
+    try:
+        yield
+    finally:
+        eng.options = saved_options
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def best(samples: list[float]) -> dict:
@@ -142,6 +192,7 @@ def engine_long(R, st, profile: str) -> dict:
         eng.truncate(0, a.prefix, prefix)
         eng.prefill(0, last)  # back to "prefix + the previous turn" for the next run
     diff = float((got - want).abs().max())
+    cold_ab = cold_variants(a, eng, cold_run, long_ids) if a.cold_ab else None
     table = None
     if a.kernel_table > 0:  # the suffix prefill once more under the profiler: is it host-bound (device sum << wall)?
         eng.truncate(0, a.prefix, prefix)
@@ -158,6 +209,8 @@ def engine_long(R, st, profile: str) -> dict:
            "warm_vs_cold_logits_max_abs": diff, "warm_equals_cold": diff == 0.0}
     if table is not None:
         res["warm_kernel_table"], res["cold_kernel_table"] = table, cold_table
+    if cold_ab is not None:
+        res["cold_ab"] = cold_ab
     if getattr(st, "hf_warm_logits", None) is not None:
         hf = st.hf_warm_logits
         res["warm_vs_hf"] = {"max_abs": float((got.float().cpu() - hf).abs().max()),
@@ -165,12 +218,34 @@ def engine_long(R, st, profile: str) -> dict:
     res["summary"] = (f"cold TTFT {a.long}: {min(cold):.3f} s; warm {a.prefix}+{a.suffix}: {min(whole) * 1e3:.1f} ms "
                       f"(restore {min(restore) * 1e3:.2f} ms, suffix {min(suffix) * 1e3:.1f} ms); warm == cold logits: "
                       f"{diff == 0.0} (max|Δ| {diff:.3g})")
+    for label, row in (cold_ab or {}).get("variants", {}).items():
+        res["summary"] += (f"; cold {label}: {row['ratio_best']:.3f}x the default "
+                           f"(max|Δlogits| {row['logits_max_abs']:.3g})")
     if table is not None:
         res["summary"] += (f"; kernels (device sum) warm {table['summed_ms_per_run']:.1f} ms in "
                            f"{table['launches_per_run']:.0f} launches, cold {cold_table['summed_ms_per_run']:.0f} ms")
     del eng
     C.release()
     return res
+
+
+def cold_variants(a, eng, cold_run, long_ids) -> dict:
+    """--cold-ab: per round the default cold run, then each variant's; best of --runs each, the ratio variant /
+    default, and the variant's last-token logits against the default's."""
+    for _, env, chunk in a.cold_ab:  # compile each variant's kernels / shapes before timing
+        with variant(eng, env, chunk):
+            cold_run(long_ids[: min(a.long, 2 * (chunk or a.chunk))])
+    base, runs, logits = [], {label: [] for label, _, _ in a.cold_ab}, {}
+    for _ in range(a.runs):
+        base.append(cold_run(long_ids))
+        want = eng.logits[0].float().clone()
+        for label, env, chunk in a.cold_ab:
+            with variant(eng, env, chunk):
+                runs[label].append(cold_run(long_ids))
+            logits[label] = float((eng.logits[0].float() - want).abs().max())
+    return {"default": best(base), "variants": {
+        label: {**best(runs[label]), "ratio_best": min(runs[label]) / min(base), "logits_max_abs": logits[label]}
+        for label, _, _ in a.cold_ab}}
 
 
 def main(argv=None) -> int:

@@ -48,6 +48,26 @@ def test_ttft_long_with_the_suffix_bucket(tmp_path):
     assert e["warm_equals_cold"] and e["warm_vs_cold_logits_max_abs"] == 0.0, e
 
 
+def test_ttft_long_cold_ab_alternates_variants_with_the_default(tmp_path):
+    """--cold-ab: each variant's cold runs beside the default's in one process; a switch the reference kernels ignore
+    gives the default's logits exactly, a smaller prefill chunk runs and is recorded."""
+    out = tmp_path / "tl"
+    r = _run([str(BENCH / "ttft_long.py"), "--out", str(out), "--long", "40", "--prefix", "32", "--suffix", "5",
+              "--chunk", "32", "--runs", "2", "--profiles", "bf16", "--no-hf", "--cold-ab",
+              "MODELD_GDN_PREP=product+MODELD_ATTN_CAUSAL_LOOP=split,chunk=16", *TINY], 240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ab = json.loads((out / "ttft_long.json").read_text())["stages"]["engine_bf16"]["cold_ab"]
+    assert len(ab["default"]["runs_s"]) == 2
+    env, chunk = ab["variants"]["MODELD_GDN_PREP=product+MODELD_ATTN_CAUSAL_LOOP=split"], ab["variants"]["chunk=16"]
+    assert env["logits_max_abs"] == 0.0 and len(env["runs_s"]) == 2 and env["ratio_best"] > 0
+    assert chunk["logits_max_abs"] < 0.5 and chunk["best_s"] == min(chunk["runs_s"]) > 0
+
+
+def test_ttft_long_refuses_a_bad_cold_ab(tmp_path):
+    r = _run([str(BENCH / "ttft_long.py"), "--out", str(tmp_path), "--cold-ab", "PATH=/tmp", *TINY], 60)
+    assert r.returncode == 2 and "only MODELD_* switches" in r.stderr
+
+
 def test_ttft_long_refuses_a_prefix_off_the_chunk_grid(tmp_path):
     r = _run([str(BENCH / "ttft_long.py"), "--out", str(tmp_path), "--prefix", "100", "--chunk", "32", *TINY], 60)
     assert r.returncode == 2 and "--chunk must divide --prefix" in r.stderr
