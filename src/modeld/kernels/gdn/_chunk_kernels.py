@@ -33,6 +33,21 @@ def _load_unit_rows(ptr, ts, tmask, stride_t, col0, dk, DK: tl.constexpr):
 
 
 @triton.jit
+def chunk_gates(a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_at, stride_bt):
+    """β [C] and γ = in-chunk cumsum of g [C] (both 0 past T) of value head hv for rows ts; stores γ to gam [Hv, T]."""
+    a = tl.load(a_ptr + ts.to(tl.int64) * stride_at + hv, mask=tmask, other=0.0).to(tl.float32)
+    b_raw = tl.load(b_ptr + ts.to(tl.int64) * stride_bt + hv, mask=tmask, other=0.0)
+    A_log = tl.load(alog_ptr + hv).to(tl.float32)
+    dt_bias = tl.load(dtb_ptr + hv).to(tl.float32)
+    g, beta = gdn_gate_values(a, b_raw.to(tl.float32), A_log, dt_bias, b_raw.dtype)
+    g = tl.where(tmask, g, 0.0)
+    beta = tl.where(tmask, beta, 0.0)
+    gam = tl.cumsum(g, axis=0)
+    tl.store(gam_ptr + hv.to(tl.int64) * T + ts, gam, mask=tmask)
+    return beta, gam
+
+
+@triton.jit
 def _chunk_prep_kernel(
     k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
     T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
@@ -49,15 +64,7 @@ def _chunk_prep_kernel(
     K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
     V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
                 mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)  # [C, BDV]
-    a = tl.load(a_ptr + ts.to(tl.int64) * stride_at + hv, mask=tmask, other=0.0).to(tl.float32)
-    b_raw = tl.load(b_ptr + ts.to(tl.int64) * stride_bt + hv, mask=tmask, other=0.0)
-    A_log = tl.load(alog_ptr + hv).to(tl.float32)
-    dt_bias = tl.load(dtb_ptr + hv).to(tl.float32)
-    g, beta = gdn_gate_values(a, b_raw.to(tl.float32), A_log, dt_bias, b_raw.dtype)
-    g = tl.where(tmask, g, 0.0)
-    beta = tl.where(tmask, beta, 0.0)
-    gam = tl.cumsum(g, axis=0)  # [C]
-    tl.store(gam_ptr + hv.to(tl.int64) * T + ts, gam, mask=tmask)
+    beta, gam = chunk_gates(a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_at, stride_bt)
 
     r = tl.arange(0, CHUNK)[:, None]
     s = tl.arange(0, CHUNK)[None, :]

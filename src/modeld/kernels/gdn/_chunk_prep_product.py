@@ -24,8 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from modeld.kernels.gdn._chunk_kernels import _load_unit_rows
-from modeld.kernels.gdn._recurrent_kernels import gdn_gate_values
+from modeld.kernels.gdn._chunk_kernels import _load_unit_rows, chunk_gates
 
 
 @triton.jit
@@ -44,15 +43,8 @@ def _chunk_prep_product_kernel(
     tmask = ts < T
     dk = tl.arange(0, BLOCK_K)
     K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK] fp32
-    a = tl.load(a_ptr + ts.to(tl.int64) * stride_at + hv, mask=tmask, other=0.0).to(tl.float32)
-    b_raw = tl.load(b_ptr + ts.to(tl.int64) * stride_bt + hv, mask=tmask, other=0.0)
-    A_log = tl.load(alog_ptr + hv).to(tl.float32)
-    dt_bias = tl.load(dtb_ptr + hv).to(tl.float32)
-    g, beta = gdn_gate_values(a, b_raw.to(tl.float32), A_log, dt_bias, b_raw.dtype)
-    g = tl.where(tmask, g, 0.0)
-    beta = tl.where(tmask, beta, 0.0)  # padded rows: L rows of 0, so X is the identity there
-    gam = tl.cumsum(g, axis=0)
-    tl.store(gam_ptr + hv.to(tl.int64) * T + ts, gam, mask=tmask)
+    # padded rows get β = 0: rows of 0 in L, so X is the identity there
+    beta, gam = chunk_gates(a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_at, stride_bt)
 
     r = tl.arange(0, CHUNK)[:, None]
     s = tl.arange(0, CHUNK)[None, :]
