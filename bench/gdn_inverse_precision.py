@@ -10,9 +10,12 @@ tf32x3: the hi/lo split with three tf32 products, as Triton's input_precision="t
 with the float64 inverse, for random keys (the unit tests' inputs) and for keys close to one direction, where
 L's entries approach 1 and the series' powers grow (Ld⁸ up to ~1e3) although X stays bounded.
 
-    python3 bench/gdn_inverse_precision.py [--out /tmp/prec.json] [--seeds 4]
+    PYTHONPATH=src:. python3 bench/gdn_inverse_precision.py [--out /tmp/prec.json] [--seeds 4]
 
-Shares no code with the engine (plain torch on the CPU); prints a table and writes JSON with --out.
+Then the whole v2 chunked prefill (prep, state pass, output pass) with every product tf32-rounded the same way, on
+27B heads (Dk = Dv = 128, 500 tokens, slow decay, one key head and three value heads), against the fp32 reference
+recurrence (`gdn.reference.gdn_prefill`, the spec; nothing else of the engine is used): the error as a fraction of
+the tolerance rows the GPU tests hold it to (output: bf16 row; state: tf32 row). Above 1 a GPU test would fail.
 """
 
 from __future__ import annotations
@@ -96,6 +99,70 @@ def product(L: torch.Tensor, series: str, rest: str) -> torch.Tensor:
     return Y - matmul(M, Y, rest)
 
 
+def chunked_prefill(q, k, v, a, b, A_log, dt_bias, state, inverse):
+    """The v2 chunked algebra per value head with tf32-rounded products; `inverse(L)` builds (I + L)⁻¹."""
+    T, hk, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    o, states = torch.empty(T, hv, dv), state.clone()
+    r, s = torch.arange(C)[:, None], torch.arange(C)[None, :]
+    for h in range(hv):
+        S = states[h].clone()
+        kh, qh = k[:, h // (hv // hk)].float(), q[:, h // (hv // hk)].float()
+        kh = kh * torch.rsqrt((kh * kh).sum(-1, keepdim=True) + 1e-6)
+        qh = qh * torch.rsqrt((qh * qh).sum(-1, keepdim=True) + 1e-6) * dk**-0.5
+        beta = torch.sigmoid(b[:, h].float()).bfloat16().float()
+        g = -torch.exp(A_log[h].float()) * torch.nn.functional.softplus(a[:, h].float() + dt_bias[h].float())
+        for c0 in range(0, T, C):
+            n = min(C, T - c0)
+            K, Q, V, be, gg = torch.zeros(C, dk), torch.zeros(C, dk), torch.zeros(C, dv), torch.zeros(C), torch.zeros(C)
+            K[:n], Q[:n], V[:n], be[:n], gg[:n] = kh[c0:c0 + n], qh[c0:c0 + n], v[c0:c0 + n, h].float(), \
+                beta[c0:c0 + n], g[c0:c0 + n]
+            gam = torch.cumsum(gg, 0)
+            decay = torch.exp(torch.clamp(gam[:, None] - gam[None, :], max=0))
+            X = inverse(torch.where(r > s, be[:, None] * matmul(K, K.T, "tf32") * decay, 0.0))
+            U = matmul(X, be[:, None] * V, "tf32")
+            W = matmul(X, (be * torch.exp(gam))[:, None] * K, "tf32")
+            Vn = U - matmul(W, S, "tf32")
+            O = matmul(Q * torch.exp(gam)[:, None], S, "tf32") + matmul(
+                matmul(Q, K.T, "tf32") * torch.where(r >= s, decay, 0.0), Vn, "tf32")
+            o[c0:c0 + n, h] = O[:n]
+            S = torch.exp(gam[n - 1]) * S + matmul((K * torch.exp(gam[n - 1] - gam)[:, None]).T, Vn, "tf32")
+        states[h] = S
+    return o.bfloat16(), states
+
+
+def pipeline_rows() -> list[dict]:
+    """The whole chunked prefill per scheme against the reference recurrence, as fractions of the GPU tests' rows."""
+    from modeld.kernels.gdn import reference as ref
+
+    gen = torch.Generator().manual_seed(0)
+    T, hk, hv = 500, 1, 3
+    mixed = torch.randn(T, 2 * hk * DK + hv * DV, generator=gen).bfloat16()
+    q, v = mixed[:, :hk * DK].view(T, hk, DK), mixed[:, 2 * hk * DK:].view(T, hv, DV)
+    a = (torch.randn(T, hv, generator=gen) * 2).bfloat16()
+    A_log = torch.log(torch.rand(hv, generator=gen) * 0.03 + 0.002)  # slow decay, as the tests' slow_decay
+    dt_bias = (torch.randn(hv, generator=gen) * 0.5).bfloat16()
+    state = torch.randn(hv, DK, DV, generator=gen) * 0.3
+    schemes = {"blocked": lambda L: blocked(L.float(), "tf32"),
+               "product, series tf32x3 (the kernel)": lambda L: product(L.float(), "tf32x3", "tf32"),
+               "product, all tf32": lambda L: product(L.float(), "tf32", "tf32")}
+    rows = []
+    for keys in ("random", "near-parallel (spread 0.05)"):
+        k = mixed[:, hk * DK:2 * hk * DK].view(T, hk, DK)
+        b = (torch.randn(T, hv, generator=gen) * 2).bfloat16()
+        if keys != "random":  # as tests/kernels/test_gdn.py's _correlated
+            k = (torch.randn(1, hk, DK, generator=gen) + 0.05 * torch.randn(T, hk, DK, generator=gen)).bfloat16()
+            b = (torch.rand(T, hv, generator=gen) * 2 + 4).bfloat16()
+        s_ref = state.clone()
+        o_ref = ref.gdn_prefill(q, k, v, a, b, A_log, dt_bias, s_ref).double()
+        for name, inverse in schemes.items():
+            o, s = chunked_prefill(q, k, v, a, b, A_log, dt_bias, state, inverse)
+            out = ((o.double() - o_ref).abs() / (1.6e-2 + 1.6e-2 * o_ref.abs())).max().item()
+            st = ((s.double() - s_ref).abs() / (5e-3 + 5e-3 * s_ref.double().abs())).max().item()
+            rows.append({"keys": keys, "scheme": name, "output_err_over_bf16_tol": out, "state_err_over_tf32_tol": st})
+    return rows
+
+
 def run(seeds: int) -> list[dict]:
     rows = []
     for keys in KEYS:
@@ -134,9 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row['keys']:<28} {row['scheme']:<48} {row['max_abs_err_X']:9.1e} {row['max_rel_err_U']:15.1e} "
               f"{row['max_abs_Ld8']:9.1e}")
+    pipeline = pipeline_rows()
+    print("\nwhole chunked prefill, 27B heads, T = 500: error / tolerance (> 1 fails a GPU test)")
+    print(f"{'keys':<28} {'scheme':<48} {'output':>7} {'state':>7}")
+    for row in pipeline:
+        print(f"{row['keys']:<28} {row['scheme']:<48} {row['output_err_over_bf16_tol']:7.2f} "
+              f"{row['state_err_over_tf32_tol']:7.2f}")
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "rows": rows, "pipeline": pipeline}, f, indent=1)
     return 0
 
 

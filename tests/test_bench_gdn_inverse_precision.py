@@ -19,6 +19,10 @@ def test_tf32_series_loses_the_inverse_for_correlated_keys_and_tf32x3_does_not(t
     assert rows[(near, kernel)]["max_rel_err_U"] < 2 * rows[(near, blocked)]["max_rel_err_U"]
     assert rows[("random", kernel)]["max_abs_err_X"] < 1e-3
     assert rows[(near, kernel)]["max_abs_Ld8"] > 100  # the inputs do make the series' terms large
+    # the whole chunked prefill: the kernel's scheme stays inside the GPU tests' rows, plain tf32 does not
+    pipe = {(r["keys"], r["scheme"]): r for r in json.loads(out.read_text())["pipeline"]}
+    assert pipe[(near, "product, series tf32x3 (the kernel)")]["state_err_over_tf32_tol"] < 0.8
+    assert pipe[(near, "product, all tf32")]["state_err_over_tf32_tol"] > 1
 
 
 def test_tf32_rounding_keeps_ten_mantissa_bits():
