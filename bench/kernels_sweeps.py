@@ -84,9 +84,9 @@ def sweep_attention(reps, gen):
 
 
 def sweep_gemm(reps, gen):
-    """bf16 prefill GEMM tiles at M = 8192 (the 8k TTFT) for every plain engine shape (the SwiGLU
-    gate+up already reaches 0.98 of cuBLAS), incl. the opt-in TMA-descriptor kernel, each beside
-    cuBLAS; then the in-tile fp8/int4 candidates for gate+up."""
+    """bf16 prefill GEMM tiles at M = 8192 (the 8k TTFT) for every plain engine shape, incl. the opt-in
+    TMA-descriptor kernel, each beside cuBLAS; the SwiGLU gate+up through the TMA kernel and unfused; then the
+    in-tile fp8/int4 candidates for gate+up."""
     from modeld.kernels.linear.configs import TileConfig as C
     tma = dict(tma=True)
     cands = (C(128, 256, 64, 8, 3), C(128, 256, 64, 8, 4), C(256, 128, 64, 8, 3), C(128, 128, 64, 8, 4),
@@ -95,6 +95,16 @@ def sweep_gemm(reps, gen):
         K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)  # default tile + cuBLAS baseline
         for cfg in cands:
             K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    # gate+up: its "0.98 of cuBLAS" is against cuBLAS + silu*mul at ~586 TFLOP/s, below what the TMA kernel reaches
+    # on the plain shapes in the engine (~685), and the TMA kernel with SWIGLU was never timed (offline sm_90: 168
+    # registers, no spill, against the pointer kernel's 255). So: the fused TMA tiles, and the unfused plain GEMM
+    # over all 2F rows (the activation would then cost one elementwise pass, ~50 us at M 2048)
+    label, n, k, sw = K.LINEAR_SHAPES[0]
+    K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)
+    for cfg in (C(128, 128, 64, 8, 4, **tma), C(128, 128, 64, 8, 3, **tma), C(128, 64, 64, 8, 4, **tma),
+                C(64, 128, 64, 4, 4, **tma)):
+        K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    K.bench_linear(8192, "bf16", "mlp gate+up unfused (no activation)", 2 * n, k, False, reps, gen, baseline=False)
     for fmt in ("fp8", "int4g128"):
         for cfg in (C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)):
             K.bench_linear(4096, fmt, *K.LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
