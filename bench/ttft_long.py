@@ -159,6 +159,9 @@ def engine_long(R, st, profile: str) -> dict:
 
     a, vocab = R.args, st.cfg.vocab
     eng, build_s = C.engine_from_hf(st, profile, a.seed, a.workers, suffix_bucket=a.suffix_bucket)
+    # what the engine holds once built (the suffix bucket's graphs keep one private memory pool per slot)
+    memory = ({"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+               "suffix_bucket_graphs": eng.bucket_graph_bytes} if torch.cuda.is_available() else None)
     eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk, checkpoint_every=a.chunk)
     long_ids, prefix = C.ttft_ids(a.long, vocab), C.ttft_ids(a.prefix, vocab)
     turn = C.ttft_ids(a.suffix, vocab, offset=1)
@@ -202,7 +205,8 @@ def engine_long(R, st, profile: str) -> dict:
         eng.truncate(0, a.prefix, prefix)
         eng.prefill(0, last)
         cold_table = C.kernel_table(lambda: cold_run(long_ids), st.dev, top=a.kernel_table, total_wanted=True)
-    res = {"build_s": build_s, "chunk": a.chunk, "cold": {"tokens": a.long, **best(cold)},
+    res = {"build_s": build_s, "gpu_memory_after_build": memory, "chunk": a.chunk,
+           "cold": {"tokens": a.long, **best(cold)},
            "cold_prefix_plus_suffix_s": cold_full_s,
            "warm": {"prefix": a.prefix, "suffix": a.suffix, **best(whole), "restore_best_s": min(restore),
                     "suffix_prefill_best_s": min(suffix)},

@@ -86,6 +86,7 @@ def test_suffix_bucket_graph_replays_like_eager(ckpt_dir):
     plain = Qwen35Engine(cfg, SafetensorsDirSource(d), "cuda",
                          options=EngineOptions(use_graph=False, **{**opts, "suffix_bucket": 0}))
     assert all(g.captured for g in graphed._buckets) and not any(g.captured for g in eager._buckets)
+    assert graphed.bucket_graph_bytes > 0 and eager.bucket_graph_bytes == 0 == plain.bucket_graph_bytes
     for n in (1, 9, 16, 37, 70):
         prompt = random_prompt(1024, n, n)
         outs = []

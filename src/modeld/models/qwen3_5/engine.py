@@ -77,6 +77,7 @@ class Qwen35Engine(SlotEngine):
                       for _ in range(options.slots)]
         self._init_slots(config.vocab)
         self._buckets: list[StepGraph] = []
+        self.bucket_graph_bytes = 0
         if options.suffix_bucket:
             self._init_buckets(options.suffix_bucket)
 
@@ -91,6 +92,7 @@ class Qwen35Engine(SlotEngine):
         self._bucket_valid = torch.ones(1, dtype=torch.int64, device=dev)
         self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev, f"suffix step (slot {slot})")
                          for slot in range(self.options.slots)]
+        reserved = torch.cuda.memory_reserved(dev) if dev.type == "cuda" else 0
         if self.graph.captured:
             try:
                 for g in self._buckets:
@@ -101,6 +103,8 @@ class Qwen35Engine(SlotEngine):
                 self.graph_error = str(exc)
             self.state.zero_()
             self.logits.zero_()
+        # what the captures kept (each graph holds a private memory pool): reported by bench/ttft_long.py
+        self.bucket_graph_bytes = torch.cuda.memory_reserved(dev) - reserved if dev.type == "cuda" else 0
 
     def _bucket_step(self, slot: int) -> torch.Tensor:
         rows = torch.arange(self._bucket_ids.shape[0], device=self.device)
