@@ -19,16 +19,20 @@ class StepGraph:
     """Wraps `fn()` (no arguments; reads/writes static buffers, returns a tensor).
 
     `capture()` warms up on a side stream and records one CUDA graph (CUDA only; raises
-    GraphCaptureError elsewhere or if recording fails). `__call__` replays the graph when captured
+    GraphCaptureError elsewhere or if recording fails). Graphs given one `pool` share their temporaries' memory:
+    only for graphs that never run concurrently and whose output is consumed before another of them replays
+    (a later replay may reuse an earlier graph's output memory for its temporaries). `__call__` replays the graph when captured
     and calls `fn` eagerly otherwise; it returns the (static) output tensor. Mutates whatever fn
     mutates — warm-up runs also do, so capture before the state holds anything that matters, or
     save and restore it around the capture.
     """
 
-    def __init__(self, fn: Callable[[], torch.Tensor], device: torch.device, name: str = "decode") -> None:
+    def __init__(self, fn: Callable[[], torch.Tensor], device: torch.device, name: str = "decode",
+                 pool: object | None = None) -> None:
         self.fn = fn
         self.device = device
         self.name = name
+        self.pool = pool  # a `torch.cuda.graph_pool_handle()` shared with other graphs, or None: a private pool
         self.graph = None
         self.output: torch.Tensor | None = None
 
@@ -47,7 +51,7 @@ class StepGraph:
                     self.fn()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, pool=self.pool):
                 self.output = self.fn()
         except Exception as exc:  # torch raises RuntimeError subclasses for capture faults
             raise GraphCaptureError(f"{self.name} graph capture failed: {exc}") from exc

@@ -90,8 +90,10 @@ class Qwen35Engine(SlotEngine):
         self._bucket_ids = torch.zeros(n, dtype=torch.int64, device=dev)
         self._bucket_start = torch.zeros(1, dtype=torch.int64, device=dev)
         self._bucket_valid = torch.ones(1, dtype=torch.int64, device=dev)
-        self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev, f"suffix step (slot {slot})")
-                         for slot in range(self.options.slots)]
+        # one memory pool for all slots' steps: they run one at a time and `prefill` copies each output out at once
+        pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+        self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev, f"suffix step (slot {slot})",
+                                   pool=pool) for slot in range(self.options.slots)]
         reserved = torch.cuda.memory_reserved(dev) if dev.type == "cuda" else 0
         if self.graph.captured:
             try:
@@ -103,7 +105,7 @@ class Qwen35Engine(SlotEngine):
                 self.graph_error = str(exc)
             self.state.zero_()
             self.logits.zero_()
-        # what the captures kept (each graph holds a private memory pool): reported by bench/ttft_long.py
+        # what the captures kept (their shared memory pool): reported by bench/ttft_long.py
         self.bucket_graph_bytes = torch.cuda.memory_reserved(dev) - reserved if dev.type == "cuda" else 0
 
     def _bucket_step(self, slot: int) -> torch.Tensor:
