@@ -80,7 +80,7 @@ def test_suffix_bucket_graph_replays_like_eager(ckpt_dir):
 
     d = ckpt_dir("tiny")
     cfg = Qwen35Config.from_file(d / "config.json")
-    opts = dict(capacity=96, prefill_chunk=32, checkpoint_every=32, checkpoints=2, suffix_bucket=16)
+    opts = dict(slots=2, capacity=96, prefill_chunk=32, checkpoint_every=32, checkpoints=2, suffix_bucket=16)
     graphed = Qwen35Engine(cfg, SafetensorsDirSource(d), "cuda", options=EngineOptions(use_graph=True, **opts))
     eager = Qwen35Engine(cfg, SafetensorsDirSource(d), "cuda", options=EngineOptions(use_graph=False, **opts))
     plain = Qwen35Engine(cfg, SafetensorsDirSource(d), "cuda",
@@ -88,13 +88,17 @@ def test_suffix_bucket_graph_replays_like_eager(ckpt_dir):
     assert all(g.captured for g in graphed._buckets) and not any(g.captured for g in eager._buckets)
     assert graphed.bucket_graph_bytes > 0 and eager.bucket_graph_bytes == 0 == plain.bucket_graph_bytes
     for n in (1, 9, 16, 37, 70):
-        prompt = random_prompt(1024, n, n)
-        outs = []
-        for eng in (graphed, eager, plain):
-            eng.reset_slot(0)
-            outs.append(eng.prefill(0, prompt).clone())
-        assert torch.equal(outs[0], outs[1]), n
-        assert int(outs[0].argmax()) == int(outs[2].argmax()) and float((outs[0] - outs[2]).abs().max()) < 0.1, n
+        # both slots, one after the other: their steps share one graph memory pool
+        prompts = [random_prompt(1024, n, n), random_prompt(1024, n + 3, 100 + n)]
+        for slot in (0, 1):
+            outs = []
+            for eng in (graphed, eager, plain):
+                eng.reset_slot(slot)
+                outs.append(eng.prefill(slot, prompts[slot]).clone())
+            assert torch.equal(outs[0], outs[1]), (n, slot)
+            assert int(outs[0].argmax()) == int(outs[2].argmax()), (n, slot)
+            assert float((outs[0] - outs[2]).abs().max()) < 0.1, (n, slot)
+        assert torch.equal(graphed.logits[0], eager.logits[0]), n  # slot 1's replay left slot 0's logits alone
     prefix, turn, last = random_prompt(1024, 32, 1), random_prompt(1024, 9, 2), random_prompt(1024, 11, 3)
     graphed.reset_slot(0)
     want = graphed.prefill(0, prefix + turn).clone()
