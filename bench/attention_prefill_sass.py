@@ -38,8 +38,20 @@ def loops(sass: str) -> list[dict]:
         lo = int(target.group(1), 16)
         counts = collections.Counter(_opcode(t) for a, t in ins if lo <= a <= addr)
         out.append({"from": hex(lo), "to": hex(addr), "instructions": sum(counts.values()),
-                    "ops": {op: counts[op] for op in OPS}})
+                    "ops": {op: counts[op] for op in OPS}, "skippable": _skips(ins, lo, addr)})
     return out
+
+
+def _skips(ins: list[tuple[int, str]], lo: int, hi: int) -> list[int]:
+    """Instruction counts of the blocks a forward branch inside [lo, hi] jumps over (a conditional body that an
+    iteration may skip: the dynamic count is then the loop's minus it)."""
+    spans = []
+    for addr, text in ins:
+        if lo <= addr < hi and "BRA" in text.split():
+            target = re.search(r"0x([0-9a-f]+)", text.split("BRA", 1)[1])
+            if target and addr < int(target.group(1), 16) <= hi:
+                spans.append(sum(1 for a, _ in ins if addr < a < int(target.group(1), 16)))
+    return spans
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                         "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))}
         print(f"{loop}: {regs} registers, {spills} B spilled, {result[loop]['instructions']} instructions")
         for body in result[loop]["loops"]:
-            print(f"   loop {body['from']}..{body['to']}: {body['instructions']} instructions {body['ops']}")
+            skip = f", a branch may skip {body['skippable']}" if body["skippable"] else ""
+            print(f"   loop {body['from']}..{body['to']}: {body['instructions']} instructions{skip} {body['ops']}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"launch": f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", **result}, f, indent=1)

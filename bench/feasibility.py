@@ -233,8 +233,9 @@ def cases(dev: str):
     kc, vc = rnd(t, hkv, dh), rnd(t, hkv, dh)
     A = [att]
     yield "attention prefill Dh=256 gated", A, lambda: att.attention_prefill(q, kv, kv, kc, vc, 0, 0.0625, gate)
-    yield "attention prefill Dh=256 gated, split key loop", A, lambda: _with_env(
-        att.CAUSAL_LOOP_ENV, "split", lambda: att.attention_prefill(q, kv, kv, kc, vc, 0, 0.0625, gate))
+    for loop in ("split", "split-lazy"):
+        yield f"attention prefill Dh=256 gated, {loop} key loop", A, (lambda loop=loop: _with_env(
+            att.CAUSAL_LOOP_ENV, loop, lambda: att.attention_prefill(q, kv, kv, kc, vc, 0, 0.0625, gate)))
     q64, kv64, kc64 = rnd(t, 9, 64), rnd(t, 3, 64), rnd(t, 3, 64)
     yield "attention prefill Dh=64", A, lambda: att.attention_prefill(q64, kv64, kv64, kc64, kc64.clone(), 0, 0.125)
     kcb, vcb = rnd(1, 8192, hkv, dh), rnd(1, 8192, hkv, dh)

@@ -499,8 +499,9 @@ def main(argv: list[str] | None = None) -> int:
         for t in (2048, 8192):
             A.bench_attention_prefill(t, 24, 4, 256, reps, gen)
     if "prefill-loops" in sections:  # the one-pass prefill's key loops side by side; 30720: a 32k prompt's last chunk
+        from modeld.kernels.attention.triton import CAUSAL_LOOPS
         for t, start in ((2048, 0), (8192, 0), (2048, 30720)):
-            for loop in ("masked", "split"):
+            for loop in CAUSAL_LOOPS:
                 A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, loop=loop)
     if "suffix" in sections or "sweep-suffix" in sections:
         A.suffix_section(reps, gen, sweep="sweep-suffix" in sections)

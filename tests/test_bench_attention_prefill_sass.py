@@ -20,3 +20,13 @@ def test_loops_counts_the_body_of_each_backward_branch_only():
     (body,) = loops(SASS)  # the forward BRA 0x70 is not a loop
     assert (body["from"], body["to"], body["instructions"]) == ("0x20", "0x40", 3)
     assert body["ops"]["HGMMA"] == 1 and body["ops"]["FSEL"] == 1 and body["ops"]["FMUL"] == 0
+    assert body["skippable"] == []
+
+
+def test_loops_report_the_blocks_a_forward_branch_skips():
+    sass = SASS.replace("/*0010*/                   ISETP.GE.AND P0, PT, R2, R3, PT ;",
+                        "/*0010*/                   ISETP.GE.AND P0, PT, R2, R3, PT ;").replace(
+        "/*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ ;",
+        "/*0020*/               @P1 BRA 0x40 ;")
+    (body,) = loops(sass)
+    assert body["skippable"] == [1]  # the FSEL at 0x30

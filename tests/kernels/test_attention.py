@@ -118,6 +118,27 @@ def test_split_causal_loop_skips_masks_only_where_every_row_sees_the_keys(gen, d
         _check_prefill(40, start, 4, 2, 32, start + 45, True, gen, device)
 
 
+@pytest.mark.parametrize("loop", tt.CAUSAL_LOOPS)
+def test_prefill_score_spike_after_the_first_tile(loop, gen, device, poisoned_outputs, monkeypatch):
+    """A cached key far along the prefix scores ~2^200 times the others (every query leans towards it): each row's
+    running max jumps far past "split-lazy"'s threshold (8 in log2 units) well after its first tile. Without that
+    rescale its p values would overflow fp32; the small jumps before it leave a stale max and p values above 1."""
+    monkeypatch.setenv(tt.CAUSAL_LOOP_ENV, loop)
+    monkeypatch.setenv(tt.PREFILL_ENV, "flash")
+    t, start, hq, hkv, dh = 40, 70, 4, 2, 32
+    u = torch.zeros(dh, device=device)
+    u[3] = 1.0
+    qg = _rand((t, hq, 2 * dh), gen, device)
+    q, gate = (qg[..., :dh].float() + 3.0 * u).bfloat16(), qg[..., dh:]  # q . u = 3 +- 1 for every row
+    k, v = _rand((t, hkv, dh), gen, device), _rand((t, hkv, dh), gen, device)
+    kc, vc = _rand((start + t, hkv, dh), gen, device), _rand((start + t, hkv, dh), gen, device)
+    kc[50] = (300.0 * u).bfloat16()  # score ~ 300 * 3 / sqrt(32) = 160 nats, ~230 in log2 units
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    got = tt.attention_prefill(q, k, v, kc, vc, start, dh**-0.5, gate)
+    want = ref.attention_prefill(q, k, v, kc_ref, vc_ref, start, dh**-0.5, gate)
+    assert_close(got, want, what=f"prefill with a score spike ({loop})")
+
+
 def test_causal_loop_switch_raises_before_touching_the_cache(gen, device, monkeypatch):
     monkeypatch.setenv(tt.CAUSAL_LOOP_ENV, "diagonal")
     q, k = _rand((3, 2, 32), gen, device), _rand((3, 1, 32), gen, device)

@@ -37,10 +37,12 @@ def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m
 
 @triton.jit
 def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m_i, l_i, acc,
-                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DOT_F32: tl.constexpr):
+                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DOT_F32: tl.constexpr, LAZY: tl.constexpr = False):
     """`attend_cache_rows` for the one-pass prefill: query rows at positions q_pos [BLOCK_M] see keys <= their
     position. MASKED=False is for key ranges every row sees in full ([lo, hi) a multiple of BLOCK_N below the
-    block's first position): no load masks, no causal select. MASKED=True masks both (the diagonal tiles)."""
+    block's first position): no load masks, no causal select. MASKED=True masks both (the diagonal tiles).
+    LAZY (unmasked ranges after the first tile's max is set): rescale acc and l_i only when some row's max grew
+    by more than 8 (log2 units, a block-wide test); otherwise keep the stale max, so p <= 2^8."""
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if MASKED:
@@ -55,19 +57,34 @@ def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_
         if MASKED:
             s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if LAZY:
+            if tl.max(m_new - m_i, axis=0) > 8.0:
+                alpha = tl.exp2(m_i - m_new)
+                acc = acc * alpha[:, None]
+                l_i = l_i * alpha
+                m_i = m_new
+            p = tl.exp2(s - m_i[:, None])
+            l_i = l_i + tl.sum(p, axis=1)
+        else:
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
         if MASKED:
             vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
                          mask=n_ok[:, None], other=0.0)  # [BN, Dh]
         else:
             vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :])
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+        if LAZY:
+            if DOT_F32:
+                acc = tl.dot(p, vt.to(tl.float32), acc)
+            else:
+                acc = tl.dot(p.to(tl.bfloat16), vt, acc)
         else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
-        m_i = m_new
+            if DOT_F32:
+                acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
+            else:
+                acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+            m_i = m_new
     return m_i, l_i, acc
 
 

@@ -59,10 +59,13 @@ PREFILL_ENV = "MODELD_ATTN_PREFILL"
 PREFILL_VARIANTS = ("auto", "flash", "split")
 # The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
 # "split" = the tiles below the block's first position in a loop without masks, then the diagonal tiles masked
-# (the split of Triton's fused-attention tutorial). $MODELD_ATTN_CAUSAL_LOOP (read per call) overrides
-# CAUSAL_LOOP. Offline sm_90 compile, 27B Dh 256 tile: both 255 registers; H200 time not yet measured.
+# (the split of Triton's fused-attention tutorial); "split-lazy" = "split" whose unmasked loop rescales the
+# accumulator only when some row's max grew by more than 2^8 (FlashAttention-4's conditional rescale; a stale max
+# leaves p <= 2^8, exact in fp32 sums). $MODELD_ATTN_CAUSAL_LOOP (read per call) overrides CAUSAL_LOOP. Offline
+# sm_90, 27B Dh 256 tile, SASS per unmasked iteration: 642 / 499 / ~397 instructions (the lazy loop adds a
+# block-wide max: 2 barriers); all 255 registers. H200 time not yet measured.
 CAUSAL_LOOP_ENV = "MODELD_ATTN_CAUSAL_LOOP"
-CAUSAL_LOOPS = ("masked", "split")
+CAUSAL_LOOPS = ("masked", "split", "split-lazy")
 CAUSAL_LOOP = "masked"
 
 
@@ -94,7 +97,8 @@ def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, start, S,
 def _prefill_kernel(q_ptr, g_ptr, kc_ptr, vc_ptr, o_ptr, T, start, qk_scale,
                     stride_qt, stride_qh, stride_gt, stride_gh, stride_cs, stride_ch, stride_ot, stride_oh,
                     GQA: tl.constexpr, HAS_GATE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_LOOP: tl.constexpr, DOT_F32: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_LOOP: tl.constexpr, DOT_F32: tl.constexpr,
+                    LAZY: tl.constexpr = False):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
     kvh = h // GQA
@@ -114,7 +118,7 @@ def _prefill_kernel(q_ptr, g_ptr, kc_ptr, vc_ptr, o_ptr, T, start, qk_scale,
     if SPLIT_LOOP:  # whole key tiles below the block's first position: every row sees them, nothing to mask
         full = (start + pid_m * BLOCK_M) // BLOCK_N * BLOCK_N
         m_i, l_i, acc = attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, kv_base, 0, full, stride_cs, d, qk_scale,
-                                           m_i, l_i, acc, BLOCK_N, False, DOT_F32)
+                                           m_i, l_i, acc, BLOCK_N, False, DOT_F32, LAZY)
     m_i, l_i, acc = attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, kv_base, full, hi, stride_cs, d, qk_scale,
                                        m_i, l_i, acc, BLOCK_N, True, DOT_F32)
     o = acc / l_i[:, None]
@@ -222,7 +226,7 @@ def attention_prefill(
     t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
         raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
-    split_loop = causal_loop() == "split"  # both switches raise before the cache is touched
+    loop = causal_loop()  # both switches raise before the cache is touched
     prefill_variant()
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
@@ -241,7 +245,7 @@ def attention_prefill(
         q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
         o.stride(0), o.stride(1),
         GQA=hq // hkv, HAS_GATE=gate is not None, HEAD_DIM=dh, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        SPLIT_LOOP=split_loop, DOT_F32=interpreting(), num_warps=cfg.num_warps,
+        SPLIT_LOOP=loop != "masked", LAZY=loop == "split-lazy", DOT_F32=interpreting(), num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     return o
 
