@@ -13,10 +13,11 @@ the rest Lo (strictly block-lower). Ld is nilpotent of order SUB, so
 and with M = D Lo (strictly block-lower, M⁴ = 0), I + L = (I + Ld)(I + M):
     X = (I + L)⁻¹ = (I + M)⁻¹ D = (I − M)(I + M²) D                                  4 products
     U = X diag(β) V,  W = X diag(β e^γ) K̂                                            2 products
-Precision: powers of Ld grow with the keys' correlation (k̂ᵢ·k̂ⱼ ≈ 1, β ≈ 1, no decay: Ld⁸'s entries reach
-C(15, 8) ≈ 6e3 while D's stay ≤ 1), so the ten inverse products run at INV_PRECISION ("tf32x3" on the GPU:
-three tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway); L, U and W keep PRECISION like the
-other preps. Splitting at SUB = 16 bounds that growth (a single-level series over 64 rows would reach C(63, 32)).
+Precision: powers of Ld grow with the keys' correlation (k̂ᵢ·k̂ⱼ ≈ 1, β ≈ 1, no decay: Ld⁸'s entries up to
+C(15, 8) ≈ 6e3 while D's stay ≤ 1), so the six series products run at INV_PRECISION ("tf32x3" on the GPU: three
+tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway). The four block-level products, L, U and W
+keep PRECISION like the other preps: that matches the blocked prep's error (bench/gdn_inverse_precision.py).
+Splitting at SUB = 16 bounds the growth (a single-level series over 64 rows would reach C(63, 32)).
 """
 
 from __future__ import annotations
