@@ -88,7 +88,7 @@ V2_STATE_STAGES = 2
 V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687, (64, 8) 1737, (32, 4) 1827
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
-# (`_chunk_prep_product.py`: no cross-warp reductions; its ten inverse products' series part at INV_PRECISION);
+# (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
 # "substitution" = v1's 63-step prep, so a benchmark can split the gain between a prep and the state/output split
 PREP_ENV = "MODELD_GDN_PREP"
 PREP_KINDS = ("blocked", "product", "substitution")
