@@ -209,11 +209,22 @@ def cases(dev: str):
         x4k, w, None, None, lin.FMT_BF16, False, torch.bfloat16, 0, config=tma)
     yield "linear gemm fp8-weight TMA (opt-in config) M=4096", L, lambda: lin._launch(
         x4k, w8, s8, None, lin.FMT_FP8, False, torch.bfloat16, 0, config=TileConfig(128, 128, 64, 8, 3, tma=True))
+    w8g, s8g = rnd(2 * n, d, dtype=torch.float8_e4m3fn), rnd(2 * n, dtype=torch.float32)
+    # the swapped TMA GEMM (weights as wgmma's register A operand; linear/gemm_swap.py) at a suffix's and a mid M
+    x100, x32 = rnd(100, d), rnd(32, d)
+    for m_, xm_ in ((100, x100), (32, x32)):
+        swap = TileConfig(128 if m_ > 64 else m_, 64, 64, 4, 4, tma=True, swap_ab=True)
+        yield f"linear gemm fp8-weight TMA swap_ab M={m_}", L, (lambda xm_=xm_, swap=swap: lin._launch(
+            xm_, w8, s8, None, lin.FMT_FP8, False, torch.bfloat16, 0, config=swap))
+        yield f"linear gemm swiglu fp8-weight TMA swap_ab M={m_}", L, (lambda xm_=xm_, swap=swap: lin._launch(
+            xm_, w8g, s8g, None, lin.FMT_FP8, True, torch.bfloat16, 0, config=swap))
+    yield "linear gemm bf16 TMA swap_ab 8 warps M=100", L, lambda: lin._launch(
+        x100, w, None, None, lin.FMT_BF16, False, torch.bfloat16, 0,
+        config=TileConfig(128, 128, 64, 8, 3, tma=True, swap_ab=True))
     yield "linear skinny bf16 M=8", L, lambda: lin.linear(x8, w)
     # mid-M tiles (MODELD_MID_M=tile): 32 rows of M compile to mma.sync, 64 rows to wgmma, which is why fp8 / int4
     # SwiGLU tiles at M <= 32 run 1.6-2x slower (KNOWLEDGE/optimizations/mid-m-decode-routing.md)
     from modeld.kernels.linear.configs import mid_tile
-    w8g, s8g = rnd(2 * n, d, dtype=torch.float8_e4m3fn), rnd(2 * n, dtype=torch.float32)
     for m in (32, 48):
         xm = rnd(m, d)
         yield f"linear mid tile swiglu fp8 M={m}", L, (lambda xm=xm, m=m: lin._launch(

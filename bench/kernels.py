@@ -380,7 +380,7 @@ def bench_logits(m, v, d, reps, gen):
 # ----------------------------------------------------------------------------- sweeps
 SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "prefill-loops", "suffix", "gemm",
                           "gemm-more", "sweep-gemv", "sweep-attention", "sweep-suffix", "sweep-suffix-gemm",
-                          "sweep-gemm")
+                          "sweep-mid-swap", "sweep-gemm")
 
 
 def recurrent(out):

@@ -112,9 +112,14 @@ def sweep_gemm(reps, gen):
 
 # Tiles for the suffix of an agent turn (M ~ 100 tokens: one M block, memory bound on the weights, which the
 # prefill bucket's 128 x 128 tiles stream through only 40 programs at N = 5120). (block_m, block_n, block_k, warps,
-# stages[, tma])
+# stages[, tma[, swap_ab]]). swap_ab (linear/gemm_swap.py): the weight tile as wgmma's register A operand, so an
+# fp8 tile is converted in registers and never stored back to shared memory (offline sm_90: no STS in the loop)
 SUFFIX_GEMM_SWEEP = ((128, 32, 128, 4, 4), (128, 64, 128, 4, 3), (128, 64, 64, 4, 4), (128, 32, 64, 4, 6),
-                     (64, 64, 128, 4, 4), (128, 128, 64, 8, 3), (128, 64, 64, 4, 4, True), (128, 32, 128, 4, 4, True))
+                     (64, 64, 128, 4, 4), (128, 128, 64, 8, 3), (128, 64, 64, 4, 4, True), (128, 32, 128, 4, 4, True),
+                     (128, 64, 64, 4, 4, True, True), (128, 64, 128, 4, 3, True, True),
+                     (128, 128, 64, 8, 3, True, True))
+# the swapped TMA tile for 17..64 tokens (decode above 16 slots): the tokens are the MMA's N side (32 / 64)
+MID_SWAP_SWEEP = ((64, 64, 128, 4, 4, True, True), (64, 64, 64, 4, 6, True, True), (64, 128, 64, 8, 4, True, True))
 
 
 def sweep_suffix_gemm(reps, gen, m=100):
@@ -126,11 +131,25 @@ def sweep_suffix_gemm(reps, gen, m=100):
         for fmt in ("bf16", "fp8", "int4g128"):
             K.bench_linear(m, fmt, label, n, k, sw, reps, gen)
             for c in SUFFIX_GEMM_SWEEP:
-                tma = len(c) > 5 and c[5]
+                tma, swap = len(c) > 5 and c[5], len(c) > 6 and c[6]
                 if tma and fmt.startswith("int4"):
                     continue
-                K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(*c[:5], tma=tma), tag=" [sweep]",
-                               baseline=False)
+                K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(*c[:5], tma=tma, swap_ab=swap),
+                               tag=" [sweep swap]" if swap else " [sweep]", baseline=False)
+
+
+def sweep_mid_swap(reps, gen):
+    """bf16 / fp8 at M = 32 and 64 (decode above 16 slots): the default route (cuBLAS bf16 beside it) against the
+    swapped TMA tiles of MID_SWAP_SWEEP, block_m cut to the M bucket (32 or 64)."""
+    from modeld.kernels.linear.configs import TileConfig as C
+    for m in (32, 64):
+        for label, n, k, sw in K.LINEAR_SHAPES:
+            for fmt in ("bf16", "fp8"):
+                K.bench_linear(m, fmt, label, n, k, sw, reps, gen)
+                for c in MID_SWAP_SWEEP:
+                    K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(min(m, c[0]), *c[1:5], tma=True,
+                                                                             swap_ab=True),
+                                   tag=" [sweep swap]", baseline=False)
 
 
 def gemv_ab(reps, gen, sweep=False, ab=True):
@@ -412,3 +431,5 @@ def gemv_sections(sections, reps, gen, dry=False):
         mid_m(reps, gen, dry=dry)
     if "sweep-suffix-gemm" in sections:
         sweep_suffix_gemm(reps, gen)
+    if "sweep-mid-swap" in sections:
+        sweep_mid_swap(reps, gen)

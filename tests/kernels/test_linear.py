@@ -183,6 +183,24 @@ def test_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_
     _check_forced(m, n, k, fmt, swiglu, configs.TileConfig(32, 32, 32, 4, 1, group_m=4, tma=True), gen, device)
 
 
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("m,n,k", TMA_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in TMA_CASES])
+def test_tma_swap_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_outputs):
+    """swap_ab (linear/gemm_swap.py: y^T = W x^T): N not a multiple of the 64-row weight block, M past one token
+    block, the fp8 scales along the transposed accumulator's rows."""
+    cfg = configs.TileConfig(32, 64, 32, 4, 1, group_m=4, tma=True, swap_ab=True)
+    _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
+
+
+def test_tma_swap_needs_64_weight_rows(gen, device):
+    x = torch.randn(4, 64).bfloat16().to(device)
+    w = torch.randn(8, 64).bfloat16().to(device)
+    with pytest.raises(KernelValueError, match="multiple of 64"):
+        tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16, 0,
+                   config=configs.TileConfig(16, 32, 32, 4, 1, tma=True, swap_ab=True))
+
+
 def test_default_tma_tile_falls_back_when_unaligned(gen, device, poisoned_outputs, monkeypatch):
     """A default (picked) TMA tile serves aligned inputs and falls back to pointer loads for a row
     stride that is not a multiple of 16 bytes (K = 77); an explicit TMA config would raise instead."""
@@ -428,6 +446,18 @@ def test_gpu_mid_m(n, k, swiglu, fmt, m, policy, gen, device, poisoned_outputs, 
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
     _check_forced(777, n, k, fmt, swiglu, configs.TileConfig(128, 128, 64, 8, 3, tma=True), gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [32, 100])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
+def test_gpu_tma_swap_gemm(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):
+    """The swapped TMA tiles the sweeps time (sweep-suffix-gemm, sweep-mid-swap), at 27B shapes."""
+    bm = 128 if m > 64 else m  # the tokens are the MMA's N side: a power of two
+    for cfg in (configs.TileConfig(bm, 64, 64, 4, 4, tma=True, swap_ab=True),
+                configs.TileConfig(bm, 128, 64, 8, 3, tma=True, swap_ab=True)):
+        _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
 
 
 @pytest.mark.gpu

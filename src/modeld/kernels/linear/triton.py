@@ -17,7 +17,8 @@ fp8 calls with 2 <= M <= 8 go to `gemv_fp8_batch` (mma.sync, e4m3 -> bf16 exact;
 take the Gluon TMA-ring GEMV. 16 < M <= 64 without an explicit config follow `configs.mid_m` (16-token slices through those
 paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile.
 `_gemm_tma_kernel` is the same GEMM (bf16/fp8 weights) with tiles fetched by the TMA engine through
-host tensor descriptors (`tma=True` in a tile config): the default of plain bf16 GEMMs with M > 16
+host tensor descriptors (`tma=True` in a tile config; with `swap_ab=True`, `gemm_swap._gemm_tma_swap_kernel`: the
+weight tile as wgmma's register A operand, so fp8 tiles skip the shared-memory round trip after conversion): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
 inputs without 16-byte aligned bases and row strides fall back to the pointer-load kernel.
 Tile sizes come from `configs.pick` (data keyed by the exact shape), never from autotuning.
@@ -62,6 +63,7 @@ from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launc
 from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
+from modeld.kernels.linear.gemm_swap import _gemm_tma_swap_kernel  # launch
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 # the mid-M policy (16 < M <= 64) lives beside the tile configs; MID_M_ENV is re-exported for benches and tests
 from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig, mid_m, mid_tile, pick,  # noqa: F401
@@ -261,13 +263,16 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     m, k = x.shape
     if fmt == FMT_INT4 or cfg.block_m < 16:
         raise KernelValueError("tile config tma=True is for bf16/fp8 weights with block_m >= 16")
+    if cfg.swap_ab and cfg.block_n % 64:
+        raise KernelValueError(f"a swap_ab tile needs block_n a multiple of 64 (wgmma rows), got {cfg.block_n}")
     for name, t in (("x", x), ("weight", w)):
         if not _tma_aligned(t):
             raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    _gemm_tma_kernel[grid](
+    kernel = _gemm_tma_swap_kernel if cfg.swap_ab else _gemm_tma_kernel
+    kernel[grid](
         x_desc, w_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
         FORMAT=fmt, SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         GROUP_M=cfg.group_m, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
