@@ -218,6 +218,9 @@ def cases(dev: str):
             xm_, w8, s8, None, lin.FMT_FP8, False, torch.bfloat16, 0, config=swap))
         yield f"linear gemm swiglu fp8-weight TMA swap_ab M={m_}", L, (lambda xm_=xm_, swap=swap: lin._launch(
             xm_, w8g, s8g, None, lin.FMT_FP8, True, torch.bfloat16, 0, config=swap))
+    yield "linear gemm int4-g128 swap_ab M=100", L, lambda: lin._launch(
+        x100, qw, qs, qm, lin.FMT_INT4, False, torch.bfloat16, 128,
+        config=TileConfig(128, 64, 128, 4, 3, swap_ab=True))
     yield "linear gemm bf16 TMA swap_ab 8 warps M=100", L, lambda: lin._launch(
         x100, w, None, None, lin.FMT_BF16, False, torch.bfloat16, 0,
         config=TileConfig(128, 128, 64, 8, 3, tma=True, swap_ab=True))

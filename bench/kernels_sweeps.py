@@ -132,19 +132,19 @@ def sweep_suffix_gemm(reps, gen, m=100):
             K.bench_linear(m, fmt, label, n, k, sw, reps, gen)
             for c in SUFFIX_GEMM_SWEEP:
                 tma, swap = len(c) > 5 and c[5], len(c) > 6 and c[6]
-                if tma and fmt.startswith("int4"):
+                if tma and not swap and fmt.startswith("int4"):  # int4 has no TMA kernel, but a swapped one
                     continue
                 K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(*c[:5], tma=tma, swap_ab=swap),
                                tag=" [sweep swap]" if swap else " [sweep]", baseline=False)
 
 
 def sweep_mid_swap(reps, gen):
-    """bf16 / fp8 at M = 32 and 64 (decode above 16 slots): the default route (cuBLAS bf16 beside it) against the
-    swapped TMA tiles of MID_SWAP_SWEEP, block_m cut to the M bucket (32 or 64)."""
+    """bf16 / fp8 / int4 at M = 32 and 64 (decode above 16 slots): the default route (cuBLAS bf16 beside it) against
+    the swapped tiles of MID_SWAP_SWEEP, block_m cut to the M bucket (32 or 64)."""
     from modeld.kernels.linear.configs import TileConfig as C
     for m in (32, 64):
         for label, n, k, sw in K.LINEAR_SHAPES:
-            for fmt in ("bf16", "fp8"):
+            for fmt in ("bf16", "fp8", "int4g128"):
                 K.bench_linear(m, fmt, label, n, k, sw, reps, gen)
                 for c in MID_SWAP_SWEEP:
                     K.bench_linear(m, fmt, label, n, k, sw, reps, gen, config=C(min(m, c[0]), *c[1:5], tma=True,

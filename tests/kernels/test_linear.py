@@ -164,13 +164,19 @@ def test_gemv_accumulation_modes(fmt, reduce_each_step, gen, device, poisoned_ou
 
 
 def _check_forced(m, n, k, fmt, swiglu, cfg, gen, device):
-    """Triton with an explicit tile config vs the reference (exercises opt-in paths such as TMA)."""
+    """Triton with an explicit tile config vs the reference (exercises opt-in paths such as TMA). int4 tiles on the
+    GPU multiply the dequantised weight rounded to bf16: compared with the spec on that weight (see `_check`)."""
     x = (torch.randn(m, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
     ws = _weights(fmt, 2 * n if swiglu else n, k, gen, device)
-    fmt_id = {"bf16": tt.FMT_BF16, "fp8": tt.FMT_FP8}[fmt]
+    fmt_id = {"bf16": tt.FMT_BF16, "fp8": tt.FMT_FP8}.get(fmt, tt.FMT_INT4)
+    group = int(fmt.removeprefix("int4g")) if fmt.startswith("int4") else 0
     pad = list(ws) + [None] * (3 - len(ws))
-    got = tt._launch(x, *pad, fmt_id, swiglu, torch.bfloat16, 0, config=cfg)
-    assert_close(got, getattr(ref, _fn(fmt, swiglu))(x, *ws), what=f"forced {cfg} M={m} N={n} K={k}")
+    got = tt._launch(x, *pad, fmt_id, swiglu, torch.bfloat16, group, config=cfg)
+    if group and not interpreting():
+        want = getattr(ref, "swiglu_linear" if swiglu else "linear")(x, quant.dequantize_int4(*ws).bfloat16())
+    else:
+        want = getattr(ref, _fn(fmt, swiglu))(x, *ws)
+    assert_close(got, want, what=f"forced {cfg} M={m} N={n} K={k}")
 
 
 TMA_CASES = [(63, 100, 96), (130, 40, 128), (16, 33, 64)]
@@ -184,11 +190,14 @@ def test_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
-@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g32", "int4g128"])
 @pytest.mark.parametrize("m,n,k", TMA_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in TMA_CASES])
 def test_tma_swap_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_outputs):
     """swap_ab (linear/gemm_swap.py: y^T = W x^T): N not a multiple of the 64-row weight block, M past one token
-    block, the fp8 scales along the transposed accumulator's rows."""
+    block, the fp8 scales along the transposed accumulator's rows, int4 groups covered by (g32) or covering (g128)
+    the 32-wide K tile."""
+    if fmt == "int4g128" and k % 128:
+        pytest.skip("g128 needs K % 128 == 0")
     cfg = configs.TileConfig(32, 64, 32, 4, 1, group_m=4, tma=True, swap_ab=True)
     _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
 
@@ -450,7 +459,7 @@ def test_gpu_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [32, 100])
-@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_tma_swap_gemm(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):
     """The swapped TMA tiles the sweeps time (sweep-suffix-gemm, sweep-mid-swap), at 27B shapes."""

@@ -32,7 +32,8 @@ def test_feasibility_launches_compile_for_sm90(tmp_path):
     assert not [row for row in rows if "error" in row], [row for row in rows if "error" in row]
     names = " ".join(row["kernel"] for row in rows)
     for launch in ("_prefill_kernel", "_prefill_split_kernel", "_decode_fused_kernel", "_decode_combine_kernel",
-                   "split key loop", "split-lazy key loop", "prefill_at", "_gemm_tma_swap_kernel"):
+                   "split key loop", "split-lazy key loop", "prefill_at", "_gemm_tma_swap_kernel",
+                   "_gemm_swap_int4_kernel"):
         assert launch in names, f"{launch} was not recorded"
     too_big = [(row["kernel"], row["shared"]) for row in rows if row["shared"] > SM90_MAX_SHARED]
     assert not too_big, too_big

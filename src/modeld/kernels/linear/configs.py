@@ -34,7 +34,9 @@ class TileConfig:
     group_m: int = 8
     reduce_each_step: bool = False  # GEMV only: reduce over K every step (allows large block_k)
     tma: bool = False  # GEMM only (bf16/fp8 weights): load tiles through host tensor descriptors (TMA)
-    swap_ab: bool = False  # with tma: y^T = W x^T, the weight tile as wgmma's register A operand (gemm_swap.py)
+    # y^T = W x^T, the weight tile as wgmma's register A operand (gemm_swap.py); bf16 / fp8 with tma, int4 always
+    # (its packed weights by pointers, x by TMA)
+    swap_ab: bool = False
     source: str = "default heuristic"
 
 

@@ -13,6 +13,11 @@ BLOCK_M (tokens) is the MMA's N side.
 
 Same math and epilogue as `_gemm_tma_kernel` (fp8 scales per output channel after the K sum, SwiGLU over rows n
 and n + up_offset), accumulated transposed: acc[n, m].
+
+`_gemm_swap_int4_kernel` is the same for int4 groupwise weights, which have no TMA kernel: the packed tile is read
+by pointers and dequantised in registers (`weight_tile._load_weight_tile`, as `_matmul_kernel` does), then rounded
+to bf16 as the A operand; x still comes by TMA. `_matmul_kernel` makes the dequantised tile its B operand, which
+goes back through shared memory like fp8's.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._tl import grouped_tile
+from modeld.kernels.linear.weight_tile import _load_weight_tile
 
-__all__ = ["_gemm_tma_swap_kernel"]
+__all__ = ["_gemm_tma_swap_kernel", "_gemm_swap_int4_kernel"]
 
 
 @triton.jit
@@ -53,6 +59,40 @@ def _gemm_tma_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_
         g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[:, None]
         if SWIGLU:
             u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[:, None]
+    if SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    else:
+        out = g
+    tl.store(y_ptr + ms[None, :] * stride_ym + rows[:, None], out.to(y_ptr.dtype.element_ty),
+             mask=row_mask[:, None] & (ms < M)[None, :])
+
+
+@triton.jit
+def _gemm_swap_int4_kernel(x_desc, w_ptr, ws_ptr, wm_ptr, y_ptr, M, N, K, KH, stride_w, stride_s, stride_ym,
+                           up_offset, SWIGLU: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr, DOT_F32: tl.constexpr):
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    g = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16
+        wg = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
+                               2, GROUP, NG, BLOCK_N, BLOCK_K)  # [BN, BK] fp32, dequantised
+        if DOT_F32:
+            g = tl.dot(wg, tl.trans(xt.to(tl.float32)), g)
+        else:
+            g = tl.dot(wg.to(tl.bfloat16), tl.trans(xt), g)
+        if SWIGLU:
+            wu = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows + up_offset, row_mask, k0, K, KH, stride_w,
+                                   stride_s, 2, GROUP, NG, BLOCK_N, BLOCK_K)
+            if DOT_F32:
+                u = tl.dot(wu, tl.trans(xt.to(tl.float32)), u)
+            else:
+                u = tl.dot(wu.to(tl.bfloat16), tl.trans(xt), u)
+    ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if SWIGLU:
         out = g * tl.sigmoid(g) * u
     else:

@@ -63,7 +63,8 @@ from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launc
 from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
-from modeld.kernels.linear.gemm_swap import _gemm_tma_swap_kernel  # launch
+from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_swap_kernel  # launch
+from modeld.kernels.linear.weight_tile import _load_weight_tile
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 # the mid-M policy (16 < M <= 64) lives beside the tile configs; MID_M_ENV is re-exported for benches and tests
 from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig, mid_m, mid_tile, pick,  # noqa: F401
@@ -107,38 +108,6 @@ DEQUANT_GEMM_MIN_M = int(os.environ.get("MODELD_DEQUANT_GEMM_MIN_M", "512"))
 # call time. Any other value raises KernelValueError at the first fp8 prefill.
 FP8_PREFILL = os.environ.get("MODELD_FP8_PREFILL", "w8a16")
 W8A8_MIN_M = 512
-
-
-@triton.jit
-def _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
-                      FORMAT: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """W[rows, k0:k0+BLOCK_K] -> [BLOCK_N, BLOCK_K]: raw bf16/fp8 values, or dequantised fp32 (int4).
-
-    Out-of-range rows/columns read as 0. For int4 a tile spans NG whole groups (BLOCK_K >= GROUP)
-    or lies inside one group (GROUP % BLOCK_K == 0); the wrapper guarantees one of the two.
-    KH = K // 2 is passed as its own argument, not computed here: the JIT then knows it is a multiple
-    of 16 (when K % 32 == 0) and the packed-byte mask stays constant over 16 bytes, so the loads
-    vectorise to LDG.128 (with `K // 2` in the kernel they were LDG.64: only K's divisibility is known).
-    """
-    if FORMAT == 2:
-        kh = k0 // 2 + tl.arange(0, BLOCK_K // 2)  # packed byte columns
-        p = tl.load(w_ptr + rows[:, None] * stride_w + kh[None, :],
-                    mask=row_mask[:, None] & (kh < KH)[None, :], other=0)  # [BN, BK/2] u8
-        # nibble -> exact fp32 via ((q | 0x4B000000) as fp32) - 2^23: LOP3 + FADD, not a quarter-rate I2F
-        lo = ((p & 0xF).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j]
-        hi = ((p >> 4).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j+1]
-        q = tl.reshape(tl.join(lo, hi), [BLOCK_N, NG, BLOCK_K // NG])  # k order: lo0 hi0 lo1 hi1 ...
-        grp = k0 // GROUP + tl.arange(0, NG)
-        gmask = row_mask[:, None] & (grp < K // GROUP)[None, :]
-        s = tl.load(ws_ptr + rows[:, None] * stride_s + grp[None, :], mask=gmask, other=0.0).to(tl.float32)
-        m = tl.load(wm_ptr + rows[:, None] * stride_s + grp[None, :], mask=gmask, other=0.0).to(tl.float32)
-        w = q * s[:, :, None] + m[:, :, None]  # [BN, NG, BK/NG]
-        return tl.reshape(w, [BLOCK_N, BLOCK_K])
-    else:
-        ks = k0 + tl.arange(0, BLOCK_K)
-        return tl.load(w_ptr + rows[:, None] * stride_w + ks[None, :],
-                       mask=row_mask[:, None] & (ks < K)[None, :], other=0.0)
 
 
 @triton.jit
@@ -280,6 +249,36 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     return y
 
 
+def _int4_groups(cfg: TileConfig, group: int) -> int:
+    """Whole int4 groups per K tile (1 when the tile lies inside one group). Raises KernelValueError otherwise."""
+    if cfg.block_k >= group:
+        return cfg.block_k // group
+    if group % cfg.block_k:
+        raise KernelValueError(f"tile block_k={cfg.block_k} neither covers nor divides group size {group}")
+    return 1
+
+
+def _launch_swap_int4(x, w, ws, wm, y, swiglu: bool, group: int, n: int, cfg: TileConfig) -> torch.Tensor:
+    """int4 weights with a swap_ab tile (`gemm_swap._gemm_swap_int4_kernel`): x by a TMA descriptor (16-byte aligned
+    base and row stride), the packed weights by pointers."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = x.shape
+    if cfg.block_n % 64 or cfg.block_m < 16:
+        raise KernelValueError(f"a swap_ab tile needs block_n a multiple of 64 and block_m >= 16, got {cfg}")
+    if not _tma_aligned(x):
+        raise KernelStrideError("x needs a 16-byte aligned base and row stride for a swap_ab tile")
+    ng = _int4_groups(cfg, group)
+    x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    _gemm_swap_int4_kernel[grid](
+        x_desc, w, ws, wm, y, m, n, k, k // 2, w.stride(0), ws.stride(0), y.stride(0), n,
+        SWIGLU=swiglu, GROUP=group, NG=ng, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y
+
+
 def _sm(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
@@ -395,14 +394,11 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
                                  finish=_gemv_finish_kernel)
     cfg = config or _default_tile(sm, _FMT_NAMES[fmt], swiglu, x, w, n)
+    if cfg.swap_ab and fmt == FMT_INT4:
+        return _launch_swap_int4(x, w, ws, wm, y, swiglu, group, n, cfg)
     if cfg.tma:
         return _launch_tma(x, w, ws, y, fmt, swiglu, n, cfg)
-    ng = 1
-    if fmt == FMT_INT4:
-        if cfg.block_k >= group:
-            ng = cfg.block_k // group
-        elif group % cfg.block_k:
-            raise KernelValueError(f"tile block_k={cfg.block_k} neither covers nor divides group size {group}")
+    ng = _int4_groups(cfg, group) if fmt == FMT_INT4 else 1
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     dummy = w  # unused pointer slots still need a tensor
     _matmul_kernel[grid](
