@@ -7,7 +7,7 @@ weight is expanded ONCE per call into a bf16 [N, K] scratch and the bf16 tile pa
 (`linear.triton._launch` routes M >= DEQUANT_GEMM_MIN_M there). Memory-bound elementwise kernels:
 
 * `int4_to_bf16`: W[n, k] = round_to_bf16(q[n, k] * scales[n, k // G] + mins[n, k // G]) in fp32,
-  the expression of `_load_weight_tile` (FORMAT 2) in linear/triton.py, nibble decode included, so
+  the expression of `_load_weight_tile` (FORMAT 2) in linear/weight_tile.py, nibble decode included, so
   the routed GEMM multiplies exactly the bf16 tile the in-tile path feeds its tensor-core dot (q * s
   is exact in fp32 (4-bit times 11-bit significand), so an FMA and a multiply-then-add agree).
   Rounded to nearest even: the native cast on the GPU (what the GEMM's `.to(tl.bfloat16)` does),
@@ -81,7 +81,7 @@ def _int4_to_bf16_kernel(q_ptr, s_ptr, m_ptr, out_ptr, NROWS,
     p = tl.load(q_ptr + rl[:, None] * BPR + tl.arange(0, BPR)[None, :], mask=rmask[:, None], other=0)  # [BR, BPR] u8
     s = tl.load(s_ptr + rl // RPG, mask=rmask, other=0.0).to(tl.float32)[:, None]  # [BR, 1]
     m = tl.load(m_ptr + rl // RPG, mask=rmask, other=0.0).to(tl.float32)[:, None]
-    # Same decode and expression as `_load_weight_tile` FORMAT 2 (linear/triton.py): nibble -> exact
+    # Same decode and expression as `_load_weight_tile` FORMAT 2 (linear/weight_tile.py): nibble -> exact
     # fp32 via ((q | 0x4B000000) as fp32) - 2^23, then q * s + m in fp32.
     lo = ((p & 0xF).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j]
     hi = ((p >> 4).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0  # q[2j+1]
