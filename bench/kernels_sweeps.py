@@ -108,6 +108,18 @@ def sweep_gemm(reps, gen):
     for fmt in ("fp8", "int4g128"):
         for cfg in (C(128, 64, 64, 8, 3), C(128, 128, 64, 8, 3), C(64, 128, 64, 4, 4)):
             K.bench_linear(4096, fmt, *K.LINEAR_SHAPES[0], reps, gen, config=cfg, tag=" [sweep]", baseline=False)
+    # the swapped kernels convert / dequantise each weight tile in registers as wgmma's A operand, once per token
+    # block: against the default route (dequantise the whole weight to bf16 once per call, then the bf16 GEMM)
+    swaps = (C(128, 128, 64, 8, 3, tma=True, swap_ab=True), C(256, 128, 64, 8, 3, tma=True, swap_ab=True),
+             C(128, 64, 64, 4, 4, tma=True, swap_ab=True))
+    for label, n, k, sw in (K.LINEAR_SHAPES[0], K.LINEAR_SHAPES[1]):
+        for fmt in ("fp8", "int4g128"):
+            K.bench_linear(2048, fmt, label, n, k, sw, reps, gen, baseline=False)  # default: the dequant route
+            for cfg in swaps:
+                if sw and cfg.block_m > 128:  # two [128 x 256] fp32 accumulators spill (offline sm_90: ~2 KB)
+                    continue
+                K.bench_linear(2048, fmt, label, n, k, sw, reps, gen, config=cfg, tag=" [sweep swap]",
+                               baseline=False)
 
 
 # Tiles for the suffix of an agent turn (M ~ 100 tokens: one M block, memory bound on the weights, which the
