@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bench import feasibility as feas
+    from bench._env import with_env
     from modeld.kernels.attention import triton as att
 
     feas._offline_patches([att])
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = torch.empty(start + t, hkv, dh, dtype=torch.bfloat16)
     result = {}
     for loop in att.CAUSAL_LOOPS:
-        launches = feas._record([att], lambda: feas._with_env(att.CAUSAL_LOOP_ENV, loop, lambda: feas._with_env(
+        launches = feas._record([att], lambda: with_env(att.CAUSAL_LOOP_ENV, loop, lambda: with_env(
             att.PREFILL_ENV, "flash", lambda: att.attention_prefill(qg[..., :dh], kv, kv, cache, cache, start,
                                                                     dh**-0.5, qg[..., dh:]))))
         jit, _, args, kwargs = next(r for r in launches if r[0].__name__ == "_prefill_kernel")

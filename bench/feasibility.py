@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from bench._env import with_env
+
 SASS_PATTERNS = {  # name -> regex on SASS text
     "HGMMA": r"\bHGMMA\.",  # wgmma, 16-bit operands
     "QGMMA": r"\bQGMMA\.",  # wgmma, fp8 operands
@@ -163,19 +165,6 @@ def _offline_patches(mods):
             mod._sm_count = lambda device: 132
 
 
-def _with_env(name: str, value: str, thunk):
-    """thunk() with $name = value (variant switches are read per call), the old value put back after."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        return thunk()
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
 def cases(dev: str):
     """(name, modules to record in, thunk) for every representative launch."""
     from modeld.kernels.attention import triton as att
@@ -248,7 +237,7 @@ def cases(dev: str):
     A = [att]
     yield "attention prefill Dh=256 gated", A, lambda: att.attention_prefill(q, kv, kv, kc, vc, 0, 0.0625, gate)
     for loop in ("split", "split-lazy"):
-        yield f"attention prefill Dh=256 gated, {loop} key loop", A, (lambda loop=loop: _with_env(
+        yield f"attention prefill Dh=256 gated, {loop} key loop", A, (lambda loop=loop: with_env(
             att.CAUSAL_LOOP_ENV, loop, lambda: att.attention_prefill(q, kv, kv, kc, vc, 0, 0.0625, gate)))
     q64, kv64, kc64 = rnd(t, 9, 64), rnd(t, 3, 64), rnd(t, 3, 64)
     yield "attention prefill Dh=64", A, lambda: att.attention_prefill(q64, kv64, kv64, kc64, kc64.clone(), 0, 0.125)
@@ -256,7 +245,7 @@ def cases(dev: str):
     lens = torch.full((1,), 8000, dtype=torch.int32, device=dev)
     q1, g1 = rnd(1, hq, dh), rnd(1, hq, dh)
     yield "attention decode Dh=256", A, lambda: att.attention_decode(q1, kv[:1], kv[:1], kcb, vcb, lens, 0.0625, g1)
-    yield "attention decode split3 Dh=256", A, lambda: _with_env(
+    yield "attention decode split3 Dh=256", A, lambda: with_env(
         "MODELD_ATTN_DECODE", "split3", lambda: att.attention_decode(q1, kv[:1], kv[:1], kcb, vcb, lens, 0.0625, g1))
     # split-KV prefill: a few new tokens over a long cached prefix (the wide and the few-row tile), and the
     # captured suffix step's `attention_prefill_at` (positions on the device, split plan for the whole capacity)

@@ -5,27 +5,12 @@ in the same table and kernels.json; `bench/kernels.py --sections decode,prefill,
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import torch
 
 import bench.kernels as K
-
-
-@contextmanager
-def _env(name, value):
-    """$name = value inside the block (None: leave it as it is), the old value put back after."""
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+from bench._env import env_set
 
 
 @K.guarded
@@ -39,7 +24,7 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag="", start=0, loop=Non
     k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
     kc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
     vc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
-    with _env(att.CAUSAL_LOOP_ENV, loop), _env(att.PREFILL_ENV, "flash"):
+    with env_set(att.CAUSAL_LOOP_ENV, loop), env_set(att.PREFILL_ENV, "flash"):
         p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
         used = att.causal_loop()
     b50 = None
@@ -78,20 +63,16 @@ def bench_attention_suffix(t, start, hq, hkv, dh, reps, gen, variant="auto", cfg
     k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
     kc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
     vc = torch.randn(s_cap, hkv, dh, device="cuda", generator=gen).bfloat16()
-    saved = os.environ.get(att.PREFILL_ENV), acfg.PREFILL_SPLIT.get(dh), acfg.PREFILL_SPLIT_FEW.get(dh)
-    os.environ[att.PREFILL_ENV] = variant
+    saved = acfg.PREFILL_SPLIT.get(dh), acfg.PREFILL_SPLIT_FEW.get(dh)
     if cfg is not None:
         acfg.PREFILL_SPLIT[dh] = acfg.PREFILL_SPLIT_FEW[dh] = acfg.AttentionConfig(*cfg, source="sweep")
     try:
-        p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
-        scfg, splits = att.prefill_split_choice(t, hq, hkv, dh, start, q.device)
+        with env_set(att.PREFILL_ENV, variant):
+            p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
+            scfg, splits = att.prefill_split_choice(t, hq, hkv, dh, start, q.device)
         meta = {"variant": variant, "splits": splits, **dict(scfg.__dict__)}
     finally:
-        if saved[0] is None:
-            os.environ.pop(att.PREFILL_ENV, None)
-        else:
-            os.environ[att.PREFILL_ENV] = saved[0]
-        acfg.PREFILL_SPLIT[dh], acfg.PREFILL_SPLIT_FEW[dh] = saved[1], saved[2]
+        acfg.PREFILL_SPLIT[dh], acfg.PREFILL_SPLIT_FEW[dh] = saved
     b50 = float("nan")
     if baseline:
         qs, kcs, vcs = q.transpose(0, 1)[None], kc.transpose(0, 1)[None], vc.transpose(0, 1)[None]
@@ -143,18 +124,13 @@ def _decode_variant(variant, fused_cfg, dh):
     """Select the attention decode variant ($MODELD_ATTN_DECODE) and, for "fused", its config."""
     from modeld.kernels.attention import configs as acfg
     from modeld.kernels.attention import triton as att
-    saved_env, saved_cfg = os.environ.get(att.DECODE_ENV), acfg.DECODE_FUSED.get(dh)
-    if variant is not None:
-        os.environ[att.DECODE_ENV] = variant
+    saved_cfg = acfg.DECODE_FUSED.get(dh)
     if fused_cfg is not None:
         acfg.DECODE_FUSED[dh] = fused_cfg
     try:
-        yield
+        with env_set(att.DECODE_ENV, variant):
+            yield
     finally:
-        if saved_env is None:
-            os.environ.pop(att.DECODE_ENV, None)
-        else:
-            os.environ[att.DECODE_ENV] = saved_env
         if saved_cfg is not None:
             acfg.DECODE_FUSED[dh] = saved_cfg
 

@@ -8,27 +8,13 @@ the config tables (`kernels/linear/configs.py`, `kernels/attention/configs.py`) 
 from __future__ import annotations
 
 import dataclasses
-import os
 from contextlib import contextmanager
 
 import torch
 
 import bench.kernels as K
 import bench.kernels_attention as A
-
-
-@contextmanager
-def _env(name: str, value: str):
-    """$name = value inside the block; the caller's value (or its absence) is restored on exit."""
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
+from bench._env import env_set as _env
 
 
 @contextmanager

@@ -7,7 +7,7 @@ state arena of the preset (`Qwen35StateSpec`, no weights), fills it with noise, 
   save  old: per view `.to("cpu")`, `.numpy().tobytes()`, then `b"".join` (the code up to session 18)
         new: `views_to_bytes` (one buffer, each view copied once into its place)
   load  old: per view `bytearray(payload[a:b])` then `frombuffer(...).copy_` into the arena
-        new: `bytes_view` (a tensor over the payload, no copy) then `.copy_`
+        new: `bytes_into_views` (`bytes_view`: a tensor over the payload, no copy, then `.copy_`)
 
 It also records the process's peak RSS growth during each mode (VmHWM, reset through /proc/self/clear_refs) and
 checks that both modes produce identical bytes and load back identical state.
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     import _qwen_common as C
     from modeld.convert.qwen3_5_spec import hf_config, preset
     from modeld.execution.arena import Arena
-    from modeld.execution.slot_engine import STATE_HEAD, bytes_view, views_to_bytes
+    from modeld.execution.slot_engine import STATE_HEAD, bytes_into_views, views_to_bytes
     from modeld.models.qwen3_5.config import Qwen35Config
     from modeld.models.qwen3_5.state import Qwen35StateSpec
 
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
 
     payloads = {}
     for mode, save, load in (("old", old_save, lambda p: old_load(p, STATE_HEAD.size, views)),
-                             ("new", views_to_bytes, lambda p: _new_load(p, views, bytes_view))):
+                             ("new", views_to_bytes, lambda p: bytes_into_views(p, STATE_HEAD.size, views))):
         base = _rss_mib()
         hwm_ok = _reset_hwm()
         save_t, payload = [], None
@@ -146,17 +146,6 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "slot_bytes.json"), "w") as f:
         json.dump(res, f, indent=1)
     return 0 if res["bytes_identical"] and all(m["state_unchanged_after_load"] for m in res["modes"].values()) else 1
-
-
-def _new_load(payload, views, bytes_view) -> None:
-    from modeld.execution.slot_engine import STATE_HEAD
-
-    off = STATE_HEAD.size
-    for v in views:
-        nb = v.numel() * v.element_size()
-        if nb:
-            v.copy_(bytes_view(payload, off, nb).view(v.dtype).view(v.shape))
-        off += nb
 
 
 if __name__ == "__main__":

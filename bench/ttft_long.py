@@ -35,6 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _qwen_common as C  # noqa: E402
+from _env import env_set  # noqa: E402
 import cert_qwen3_5_27b as cert  # noqa: E402
 
 
@@ -96,19 +97,16 @@ def parse_ab(spec: str) -> list[tuple[str, dict[str, str], int | None]]:
 @contextlib.contextmanager
 def variant(eng, env: dict[str, str], chunk: int | None):
     """The engine with the variant's switches set and prefill chunk, both put back after."""
-    saved_env, saved_options = {k: os.environ.get(k) for k in env}, eng.options
-    os.environ.update(env)
+    saved_options = eng.options
     if chunk:
         eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk)
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            for name, value in env.items():
+                stack.enter_context(env_set(name, value))
+            yield
     finally:
         eng.options = saved_options
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def best(samples: list[float]) -> dict:

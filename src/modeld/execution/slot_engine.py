@@ -141,12 +141,7 @@ class SlotEngine:
         need = STATE_HEAD.size + sum(v.numel() * v.element_size() for v in views)
         if len(payload) != need:
             raise StateFormatError(f"state bytes are {len(payload)} long, the layout needs {need}")
-        off = STATE_HEAD.size
-        for v in views:
-            nb = v.numel() * v.element_size()
-            if nb:
-                v.copy_(bytes_view(payload, off, nb).view(v.dtype).view(v.shape))
-            off += nb
+        bytes_into_views(payload, STATE_HEAD.size, views)
         self._loaded(slot)
         self.lengths[slot] = n
         return n
@@ -166,6 +161,16 @@ def views_to_bytes(head: bytes, views: Sequence[torch.Tensor]) -> bytearray:
             dst.copy_(v.detach().contiguous().view(torch.uint8).reshape(-1))
         off += nb
     return buf
+
+
+def bytes_into_views(payload, offset: int, views: Sequence[torch.Tensor]) -> None:
+    """The inverse of `views_to_bytes` after its head: each view filled from its raw bytes at `offset` on, read in
+    place (`bytes_view`, no host copy). MUTATES the views."""
+    for v in views:
+        nb = v.numel() * v.element_size()
+        if nb:
+            v.copy_(bytes_view(payload, offset, nb).view(v.dtype).view(v.shape))
+        offset += nb
 
 
 def bytes_view(payload, offset: int, nbytes: int) -> torch.Tensor:

@@ -20,6 +20,15 @@ from modeld.kernels.errors import (
 )
 
 
+def env_choice(name: str, default: str, choices: Sequence[str]) -> str:
+    """A per-call switch: $name if set and non-empty, else `default`. Raises KernelValueError unless it is one of
+    `choices` (the message names the variable and lists them)."""
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise KernelValueError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (`TRITON_INTERPRET=1`)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -37,10 +37,12 @@ def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m
 
 @triton.jit
 def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m_i, l_i, acc,
-                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DOT_F32: tl.constexpr, LAZY: tl.constexpr = False):
-    """`attend_cache_rows` for the one-pass prefill: query rows at positions q_pos [BLOCK_M] see keys <= their
-    position. MASKED=False is for key ranges every row sees in full ([lo, hi) a multiple of BLOCK_N below the
-    block's first position): no load masks, no causal select. MASKED=True masks both (the diagonal tiles).
+                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DOT_F32: tl.constexpr, LAZY: tl.constexpr = False,
+                       CLIP: tl.constexpr = False):
+    """`attend_cache_rows` for prefill: query rows at positions q_pos [BLOCK_M] see keys <= their position.
+    MASKED=False is for key ranges every row sees in full ([lo, hi) a multiple of BLOCK_N below the block's first
+    position): no load masks, no causal select. MASKED=True masks both (the diagonal tiles). CLIP (with MASKED)
+    also drops keys >= hi from the scores, for a range that ends before the rows' positions (a split-KV slice).
     LAZY (unmasked ranges after the first tile's max is set): rescale acc and l_i only when some row's max grew
     by more than 8 (log2 units, a block-wide test); otherwise keep the stale max, so p <= 2^8."""
     for n0 in range(lo, hi, BLOCK_N):
@@ -54,7 +56,9 @@ def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_
         if DOT_F32:
             kt = kt.to(tl.float32)
         s = tl.dot(q, kt) * qk_scale  # [BM, BN], log2 units
-        if MASKED:
+        if MASKED and CLIP:
+            s = tl.where(n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None]), s, float("-inf"))
+        elif MASKED:
             s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         if LAZY:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from modeld.kernels.attention._flash import store_split_partial
+from modeld.kernels.attention._flash import attend_causal_rows, store_split_partial
 
 __all__ = ["MAX_PREFILL_SPLITS", "_prefill_split_kernel", "prefill_split_plan"]
 
@@ -54,29 +54,10 @@ def _prefill_split_kernel(q_ptr, kc_ptr, vc_ptr, po_ptr, plse_ptr, pos_ptr, T, s
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    base = kvh * stride_ch
-    for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < hi
-        kt = tl.load(kc_ptr + base + offs_n[None, :].to(tl.int64) * stride_cs + d[:, None],
-                     mask=n_ok[None, :], other=0.0)  # [Dh, BN]
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * qk_scale  # log2 units
-        s = tl.where(n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None]), s, float("-inf"))
-        # A row whose first tile here lies wholly in its future gets m = -inf and NaN state; keys only grow, so it
-        # sees no key in this split at all, and store_split_partial gives it weight 0 (l > 0 is false for NaN).
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
-                     mask=n_ok[:, None], other=0.0)  # [BN, Dh]
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
-        m_i = m_new
+    # A row whose first tile here lies wholly in its future gets m = -inf and NaN state; keys only grow, so it
+    # sees no key in this split at all, and store_split_partial gives it weight 0 (l > 0 is false for NaN).
+    m_i, l_i, acc = attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, kvh * stride_ch, lo, hi, stride_cs, d, qk_scale,
+                                       m_i, l_i, acc, BLOCK_N, True, DOT_F32, False, True)
     row = (t * HQ + head) * n_splits + split  # partials [T, Hq, n_splits, (Dh)]
     store_split_partial(po_ptr, plse_ptr, row, acc, l_i, m_i, r_ok, d, HEAD_DIM)  # no key here: weight 0
 

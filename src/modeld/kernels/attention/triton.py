@@ -28,13 +28,12 @@ interpreter mis-computes bf16 tl.dot); GPU runs use bf16 operands and fp32 accum
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from modeld.kernels._checks import check_same_device, check_tensor, interpreting
+from modeld.kernels._checks import check_same_device, check_tensor, env_choice, interpreting
 from modeld.kernels._pdl import light_kwargs
 from modeld.kernels.attention._decode_fused import (DecodeWorkspaceError, _decode_fused_kernel,  # noqa: F401
                                                    decode_counter_buffer, reserve_decode_counters)
@@ -226,8 +225,7 @@ def attention_prefill(
     t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
         raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
-    loop = causal_loop()  # both switches raise before the cache is touched
-    prefill_variant()
+    loop, variant = causal_loop(), prefill_variant()  # both switches raise before the cache is touched
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
         return o
@@ -236,7 +234,7 @@ def attention_prefill(
         0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
     cfg = prefill_config(dh, interpreting())
     g = gate if gate is not None else q
-    scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device)
+    scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device, variant)
     if splits:
         _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
         return o
@@ -286,28 +284,22 @@ def attention_prefill_at(
 
 def prefill_variant() -> str:
     """The prefill variant: $MODELD_ATTN_PREFILL if set, else "auto". Raises KernelValueError."""
-    variant = os.environ.get(PREFILL_ENV, "") or "auto"
-    if variant not in PREFILL_VARIANTS:
-        raise KernelValueError(f"{PREFILL_ENV}={variant!r}: expected one of {', '.join(PREFILL_VARIANTS)}")
-    return variant
+    return env_choice(PREFILL_ENV, "auto", PREFILL_VARIANTS)
 
 
 def causal_loop() -> str:
     """The one-pass prefill's key loop: $MODELD_ATTN_CAUSAL_LOOP if set, else CAUSAL_LOOP. Raises KernelValueError."""
-    loop = os.environ.get(CAUSAL_LOOP_ENV) or CAUSAL_LOOP
-    if loop not in CAUSAL_LOOPS:
-        raise KernelValueError(f"{CAUSAL_LOOP_ENV}={loop!r}: expected one of {', '.join(CAUSAL_LOOPS)}")
-    return loop
+    return env_choice(CAUSAL_LOOP_ENV, CAUSAL_LOOP, CAUSAL_LOOPS)
 
 
-def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int,
-                         device: torch.device) -> tuple[AttentionConfig, int]:
+def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int, device: torch.device,
+                         variant: str | None = None) -> tuple[AttentionConfig, int]:
     """(tile, splits) of the split-KV pass for this prefill, splits 0 for the one-pass kernel: the variant
-    ($MODELD_ATTN_PREFILL) and the plan (`prefill_split_plan` over SM count x the tile's waves) decide; "auto"
-    splits only where the one-pass grid is under one wave."""
+    (`variant`, else $MODELD_ATTN_PREFILL) and the plan (`prefill_split_plan` over SM count x the tile's waves)
+    decide; "auto" splits only where the one-pass grid is under one wave."""
     rows = t * (hq // hkv)
     cfg = prefill_split_config(dh, rows, interpreting())
-    variant = prefill_variant()
+    variant = variant or prefill_variant()
     if variant == "flash":
         return cfg, 0
     sms = _sm_count(device)
@@ -379,10 +371,7 @@ def fused_split_plan(batch: int, hkv: int, s_cap: int, block_n: int, slots: int,
 
 def decode_variant() -> str:
     """The decode variant: $MODELD_ATTN_DECODE if set, else DECODE_VARIANT. Raises KernelValueError."""
-    variant = os.environ.get(DECODE_ENV, "") or DECODE_VARIANT
-    if variant not in DECODE_VARIANTS:
-        raise KernelValueError(f"{DECODE_ENV}={variant!r}: expected one of {', '.join(DECODE_VARIANTS)}")
-    return variant
+    return env_choice(DECODE_ENV, DECODE_VARIANT, DECODE_VARIANTS)
 
 
 def attention_decode(

@@ -23,7 +23,7 @@ import os
 import torch
 import triton
 
-from modeld.kernels._checks import check_same_device, interpreting
+from modeld.kernels._checks import check_same_device, env_choice, interpreting
 from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
@@ -100,26 +100,17 @@ INV_PRECISION = "tf32x3"
 
 def chunk_version() -> str:
     """The chunked prefill selected by $MODELD_GDN_CHUNK ("v2" when unset). Raises KernelValueError."""
-    version = os.environ.get(CHUNK_ENV, "v2") or "v2"
-    if version not in CHUNK_VERSIONS:
-        raise KernelValueError(f"{CHUNK_ENV}={version!r}: expected one of {', '.join(CHUNK_VERSIONS)}")
-    return version
+    return env_choice(CHUNK_ENV, "v2", CHUNK_VERSIONS)
 
 
 def prep_kind() -> str:
     """v2's chunk prep: $MODELD_GDN_PREP if set, else V2_PREP. Raises KernelValueError."""
-    kind = os.environ.get(PREP_ENV) or V2_PREP
-    if kind not in PREP_KINDS:
-        raise KernelValueError(f"{PREP_ENV}={kind!r}: expected one of {', '.join(PREP_KINDS)}")
-    return kind
+    return env_choice(PREP_ENV, V2_PREP, PREP_KINDS)
 
 
 def decode_version() -> str:
     """The decode kernel: $MODELD_GDN_DECODE if set, else DECODE_KERNEL. Raises KernelValueError."""
-    version = os.environ.get(DECODE_ENV) or DECODE_KERNEL
-    if version not in DECODE_VERSIONS:
-        raise KernelValueError(f"{DECODE_ENV}={version!r}: expected one of {', '.join(DECODE_VERSIONS)}")
-    return version
+    return env_choice(DECODE_ENV, DECODE_KERNEL, DECODE_VERSIONS)
 
 
 def batch_tile() -> tuple[int, int]:

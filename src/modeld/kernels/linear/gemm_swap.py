@@ -32,6 +32,25 @@ __all__ = ["_gemm_tma_swap_kernel", "_gemm_swap_int4_kernel"]
 
 
 @triton.jit
+def _dot_t(w, xt, acc, DOT_F32: tl.constexpr):
+    """acc + w @ xtᵀ: the weight tile [BN, BK] as A (registers), x [BM, BK] as B (fp32 tiles in the interpreter)."""
+    if DOT_F32:
+        return tl.dot(w.to(tl.float32), tl.trans(xt.to(tl.float32)), acc)
+    return tl.dot(w.to(tl.bfloat16), tl.trans(xt), acc)
+
+
+@triton.jit
+def _store_t(g, u, y_ptr, rows, row_mask, ms, M, stride_ym, SWIGLU: tl.constexpr):
+    """y[m, n] = out[n, m], out = silu(g) * u with SWIGLU, else g."""
+    if SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    else:
+        out = g
+    tl.store(y_ptr + ms[None, :] * stride_ym + rows[:, None], out.to(y_ptr.dtype.element_ty),
+             mask=row_mask[:, None] & (ms < M)[None, :])
+
+
+@triton.jit
 def _gemm_tma_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
                           FORMAT: tl.constexpr, SWIGLU: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -42,16 +61,9 @@ def _gemm_tma_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_
     for k0 in range(0, K, BLOCK_K):
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16 (B operand, from shared memory)
         wg = w_desc.load([pid_n * BLOCK_N, k0])  # [BN, BK] bf16 or e4m3 (A operand, converted in registers)
-        if DOT_F32:
-            g = tl.dot(wg.to(tl.float32), tl.trans(xt.to(tl.float32)), g)
-        else:
-            g = tl.dot(wg.to(tl.bfloat16), tl.trans(xt), g)
+        g = _dot_t(wg, xt, g, DOT_F32)
         if SWIGLU:
-            wu = w_desc.load([pid_n * BLOCK_N + up_offset, k0])
-            if DOT_F32:
-                u = tl.dot(wu.to(tl.float32), tl.trans(xt.to(tl.float32)), u)
-            else:
-                u = tl.dot(wu.to(tl.bfloat16), tl.trans(xt), u)
+            u = _dot_t(w_desc.load([pid_n * BLOCK_N + up_offset, k0]), xt, u, DOT_F32)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -59,12 +71,7 @@ def _gemm_tma_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_
         g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[:, None]
         if SWIGLU:
             u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[:, None]
-    if SWIGLU:
-        out = g * tl.sigmoid(g) * u
-    else:
-        out = g
-    tl.store(y_ptr + ms[None, :] * stride_ym + rows[:, None], out.to(y_ptr.dtype.element_ty),
-             mask=row_mask[:, None] & (ms < M)[None, :])
+    _store_t(g, u, y_ptr, rows, row_mask, ms, M, stride_ym, SWIGLU)
 
 
 @triton.jit
@@ -81,21 +88,9 @@ def _gemm_swap_int4_kernel(x_desc, w_ptr, ws_ptr, wm_ptr, y_ptr, M, N, K, KH, st
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16
         wg = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
                                2, GROUP, NG, BLOCK_N, BLOCK_K)  # [BN, BK] fp32, dequantised
-        if DOT_F32:
-            g = tl.dot(wg, tl.trans(xt.to(tl.float32)), g)
-        else:
-            g = tl.dot(wg.to(tl.bfloat16), tl.trans(xt), g)
+        g = _dot_t(wg, xt, g, DOT_F32)
         if SWIGLU:
             wu = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows + up_offset, row_mask, k0, K, KH, stride_w,
                                    stride_s, 2, GROUP, NG, BLOCK_N, BLOCK_K)
-            if DOT_F32:
-                u = tl.dot(wu, tl.trans(xt.to(tl.float32)), u)
-            else:
-                u = tl.dot(wu.to(tl.bfloat16), tl.trans(xt), u)
-    ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if SWIGLU:
-        out = g * tl.sigmoid(g) * u
-    else:
-        out = g
-    tl.store(y_ptr + ms[None, :] * stride_ym + rows[:, None], out.to(y_ptr.dtype.element_ty),
-             mask=row_mask[:, None] & (ms < M)[None, :])
+            u = _dot_t(wu, xt, u, DOT_F32)
+    _store_t(g, u, y_ptr, rows, row_mask, pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, stride_ym, SWIGLU)
