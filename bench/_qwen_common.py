@@ -150,12 +150,16 @@ def hf_ttft(model, n: int, vocab: int, device, runs: int = 1) -> dict:
             "prefill_tok_per_s": n / min(samples)}
 
 
-def build_engine(cfg, source, device, capacity: int, slots: int = 1, suffix_bucket: int = 0):
+def build_engine(cfg, source, device, capacity: int, slots: int = 1, suffix_bucket: int | None = None):
     """Qwen35Engine, `slots` slots (one by default), the options of bench/engine_qwen3_5.py (and `suffix_bucket`,
-    EngineOptions' padded suffix step; 0 = off); Triton kernels + CUDA graph on CUDA, the reference kernels (eager)
-    elsewhere."""
+    EngineOptions' padded suffix step; 0 = off; None = what the serving cell (one slot) takes on this device, and
+    off for more slots, whose engines would capture one step per slot); Triton kernels + CUDA graph on CUDA, the
+    reference kernels (eager) elsewhere."""
     from modeld.execution.bindings import reference_kernels, triton_kernels
-    from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
+    from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine, default_suffix_bucket
+
+    if suffix_bucket is None:
+        suffix_bucket = default_suffix_bucket(device, capacity) if slots == 1 else 0
 
     ks = triton_kernels() if device.type == "cuda" else reference_kernels()
     opts = EngineOptions(slots=slots, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2,
@@ -184,7 +188,7 @@ def hf_engine_state(args, R):
     return st
 
 
-def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, suffix_bucket: int = 0):
+def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, suffix_bucket: int | None = None):
     """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
     (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with
     `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are dropped after the build."""

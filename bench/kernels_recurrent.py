@@ -262,7 +262,7 @@ def bench_gdn(reps):
             case("gdn_prefill(chunked,v2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
                  tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
             # the preps against the default ($MODELD_GDN_PREP, read per call), each row beside the one above
-            for prep in [p for p in tt.PREP_KINDS if p != tt.V2_PREP and (T == 4096 or p == "product")]:
+            for prep in [p for p in tt.PREP_KINDS if p != tt.V2_PREP and (T == 4096 or p == "blocked")]:
                 os.environ[tt.PREP_ENV] = prep
                 try:
                     case(f"gdn_prefill(chunked,v2,{prep}prep)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",

@@ -51,9 +51,9 @@ def parse(argv):
     ap.add_argument("--runs", type=int, default=3, help="timed runs per number, the best is reported (default 3)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF's timings (its model still holds the weights)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget (recorded; engine stages past it skip)")
-    ap.add_argument("--suffix-bucket", type=int, default=0, metavar="N",
+    ap.add_argument("--suffix-bucket", type=int, default=None, metavar="N",
                     help="EngineOptions.suffix_bucket: the last piece of a prefill (<= N tokens) as one captured "
-                         "padded step (0: off, the default)")
+                         "padded step (0: off; default: what the serving cell takes, 128 on CUDA)")
     ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
                     help="also profile one warm prefix hit per engine (torch.profiler): the N kernels with the most "
                          "device time, their summed device time against the hit's wall time (0: off, the default)")
@@ -96,10 +96,11 @@ def parse_ab(spec: str) -> list[tuple[str, dict[str, str], int | None]]:
 
 @contextlib.contextmanager
 def variant(eng, env: dict[str, str], chunk: int | None):
-    """The engine with the variant's switches set and prefill chunk, both put back after."""
+    """The engine with the variant's switches set and prefill chunk, both put back after. The chunk also sets
+    checkpoint_every: prefill splits at every checkpoint, so a chunk above it alone would change nothing."""
     saved_options = eng.options
     if chunk:
-        eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk)
+        eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk, checkpoint_every=chunk)
     try:
         with contextlib.ExitStack() as stack:
             for name, value in env.items():

@@ -21,5 +21,7 @@ done
   -d .whl "${pkgs[@]}"
 # pydantic_core is a cp312 build: the import check can only run there; start each device command
 # with the install line above followed by: python3 -c "import fastapi, uvicorn, pydantic, gguf, platformdirs"
+# pytest-xdist spreads `pytest -m gpu` over the device's 16 cores (Triton compiles are CPU-bound); the image lacks it
+"$PY" -m pip download -q --no-deps --only-binary=:all: -d .whl pytest-xdist==3.8.0 execnet==2.1.2
 ls .whl
 echo "wheels for the H200 are in .whl/ ($(du -sh .whl | cut -f1))"

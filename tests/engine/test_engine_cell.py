@@ -10,7 +10,7 @@ import torch
 
 from engine_support import random_prompt
 from modeld.cells.engine_qwen3_5 import Qwen35Cell
-from modeld.models.qwen3_5.engine import EngineOptions
+from modeld.models.qwen3_5.engine import SUFFIX_BUCKET_CUDA, EngineOptions, default_suffix_bucket
 from modeld.serving.contract import SamplingParams
 from modeld.serving.errors import ContextOverflow, SnapshotCorrupt
 
@@ -42,6 +42,15 @@ def test_a_suffix_bucket_wider_than_the_context_shrinks_to_it(ckpt_dir):
     s = c.new_session()
     s.ensure_prefix(random_prompt(1024, 10, 1))
     assert len(run(s, SamplingParams(max_tokens=3, temperature=0.0))[0]) >= 1
+
+
+def test_the_cell_turns_the_suffix_bucket_on_for_cuda_only(ckpt_dir):
+    """Without options the cell takes default_suffix_bucket: 128 rows on CUDA (within the context), off on the CPU,
+    where no graph replays the padded step."""
+    assert (default_suffix_bucket("cuda", 4096), default_suffix_bucket("cuda", 24)) == (SUFFIX_BUCKET_CUDA, 24)
+    assert default_suffix_bucket("cpu", 4096) == 0
+    c = Qwen35Cell(ckpt_dir("tiny"), model_id="synthetic/qwen3_5-tiny-L4-seed0", weights_id=WID, device="cpu", n_ctx=64)
+    assert c.engine.options.suffix_bucket == 0
 
 
 def test_capabilities_and_identity(cell):

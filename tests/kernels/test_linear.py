@@ -94,7 +94,7 @@ def test_triton_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_ou
 MID_CASES = [(17, 40, 256), (33, 100, 128)]
 
 
-@pytest.mark.parametrize("policy", ["chunk", "tile", "auto"])
+@pytest.mark.parametrize("policy", ["chunk", "tile", "swap", "auto"])
 @pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
 @pytest.mark.parametrize("m,n,k", MID_CASES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in MID_CASES])
@@ -105,7 +105,8 @@ def test_mid_m_policies(m, n, k, fmt, swiglu, policy, gen, device, poisoned_outp
 
 def test_mid_m_routes(gen, device, monkeypatch):
     """"chunk" slices M = 33 into 16 + 16 + 1 (two batched launches, one M == 1 GEMV); "tile" gives the tile path a
-    64-row config; "gemm" the prefill bucket's; "auto" resolves per format and M; a bad value is refused."""
+    64-row config; "swap" the swapped TMA tile (the widened tile when x is not 16-byte aligned); "gemm" the prefill
+    bucket's; "auto" resolves per format and M; a bad value is refused."""
     x = torch.randn(33, 256, generator=gen).bfloat16().to(device)
     w = (torch.randn(64, 256, generator=gen) / 16).bfloat16().to(device)
     calls = []
@@ -121,11 +122,18 @@ def test_mid_m_routes(gen, device, monkeypatch):
     tt.linear(x, w)
     assert len(calls) == 1 and calls[0][1].block_m == 64
     assert configs.mid_tile("int4", False, 32, 5120, False).block_m == 32
-    # the default, "auto": chunk for fp8 / int4 up to 32 tokens unless plain and N >= 16384, else tile
+    monkeypatch.setenv(tt.MID_M_ENV, "swap")
+    x_odd = torch.randn(33 * 256 + 1, generator=gen).bfloat16().to(device)[1:].view(33, 256)  # base 2 bytes off
+    for xs, swapped in ((x, True), (x_odd, False)):
+        calls.clear()
+        tt.linear(xs, w)
+        assert len(calls) == 1 and calls[0][1].block_m == 64 and calls[0][1].swap_ab is swapped
+    assert configs.mid_swap_tile("bf16", False, 17, False).block_m == 32
+    # the default, "auto": swap for bf16 / fp8; int4 chunked up to 32 tokens unless plain and N >= 16384, else tile
     monkeypatch.delenv(tt.MID_M_ENV)
     cases = (("int4", 17, 5120, False), ("fp8", 32, 5120, False), ("int4", 33, 5120, False), ("bf16", 17, 5120, False),
              ("fp8", 32, 16384, False), ("int4", 17, 16384, False), ("int4", 32, 17408, True), ("fp8", 24, 16383, False))
-    assert [tt.mid_m(*c) for c in cases] == ["chunk", "chunk", "tile", "tile", "tile", "tile", "chunk", "chunk"]
+    assert [tt.mid_m(*c) for c in cases] == ["chunk", "swap", "tile", "swap", "swap", "tile", "chunk", "swap"]
     monkeypatch.setenv(tt.MID_M_ENV, "bogus")
     with pytest.raises(KernelValueError, match="MODELD_MID_M"):
         tt.linear(x, w)
@@ -442,7 +450,7 @@ def test_gpu_27b_shapes(n, k, swiglu, fmt, m, gen, device, poisoned_outputs):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("policy", ["chunk", "tile"])
+@pytest.mark.parametrize("policy", ["chunk", "tile", "swap"])
 @pytest.mark.parametrize("m", [17, 32, 64])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4g128"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:4:3] + GPU_SHAPES[1:2] + GPU_SHAPES[5:6],

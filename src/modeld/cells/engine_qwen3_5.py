@@ -29,7 +29,7 @@ from modeld.execution.artifacts import open_artifact
 from modeld.execution.tokenizer import Tokenizer
 from modeld.kernels.versions import runtime_versions
 from modeld.models.qwen3_5.config import Qwen35Config
-from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
+from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine, default_suffix_bucket
 from modeld.serving.chat import ChatTemplate
 from modeld.serving.contract import Capabilities, IdentityKey, MemoryReport
 from modeld.serving.slot_cell import SlotEngineCell, SlotEngineSession
@@ -62,7 +62,7 @@ class Qwen35Cell(SlotEngineCell):
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.config = Qwen35Config.from_hf(self.artifact.config)
         self.tokenizer = Tokenizer(self.artifact.tokenizer_json)
-        opts = options or EngineOptions()
+        opts = options or EngineOptions(suffix_bucket=default_suffix_bucket(dev, n_ctx))
         # the padded suffix step needs its rows inside the context: a bucket wider than n_ctx shrinks to it
         opts = EngineOptions(**{**opts.__dict__, "slots": 1, "capacity": n_ctx,
                                 "suffix_bucket": min(opts.suffix_bucket, n_ctx)})

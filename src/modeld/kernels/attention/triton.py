@@ -62,10 +62,14 @@ PREFILL_VARIANTS = ("auto", "flash", "split")
 # accumulator only when some row's max grew by more than 2^8 (FlashAttention-4's conditional rescale; a stale max
 # leaves p <= 2^8, exact in fp32 sums). $MODELD_ATTN_CAUSAL_LOOP (read per call) overrides CAUSAL_LOOP. Offline
 # sm_90, 27B Dh 256 tile, SASS per unmasked iteration: 642 / 499 / ~397 instructions (the lazy loop adds a
-# block-wide max: 2 barriers); all 255 registers. H200 time not yet measured.
+# block-wide max: 2 barriers); all 255 registers. H200 (session 21, bench/kernels.py --sections prefill-loops,
+# masked / split / split-lazy): T 2048 from 0 200.4 / 179.5 / 182.9 us, T 8192 from 0 1951.6 / 1713.1 / 1777.6,
+# T 2048 after 30720 3644.3 / 3161.1 / 3076.9; the cold 32k prefill 0.986x (split) and 0.984x (split-lazy) of
+# masked. Default "split": as fast within noise and the same arithmetic as "masked" for every tile it runs
+# (KNOWLEDGE/findings/attention-prefill-unmasked-key-loop-sass.md).
 CAUSAL_LOOP_ENV = "MODELD_ATTN_CAUSAL_LOOP"
 CAUSAL_LOOPS = ("masked", "split", "split-lazy")
-CAUSAL_LOOP = "masked"
+CAUSAL_LOOP = "split"
 
 
 @triton.jit

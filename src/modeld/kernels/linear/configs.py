@@ -6,7 +6,8 @@ autotuned at serving time. Every TUNED entry records where it came from (Triton 
 measurement). Buckets: "gemv" (M == 1, elementwise FMA + one reduction per program), "skinny"
 (2 <= M <= 16, one 16-row tl.dot tile), "suffix" (SUFFIX_MIN_M <= M <= SUFFIX_MAX_M: one 128-row block of M,
 narrow N blocks, memory bound on the weights), "gemm" (M > 16 otherwise, 2-D tiled tl.dot with grouped ordering).
-Calls with 16 < M <= 64 first ask `mid_m` whether to go chunked, widened (`mid_tile`) or to the "gemm" tile.
+Calls with 16 < M <= 64 first ask `mid_m` whether to go chunked, widened (`mid_tile`), swapped (`mid_swap_tile`) or
+to the "gemm" tile.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "MID_M", "MID_M_ENV", "MID_MAX_M", "CHUNK_M", "m_bucket",
+__all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "mid_swap_tile", "MID_M", "MID_M_ENV", "MID_M_POLICIES", "MID_MAX_M", "CHUNK_M", "m_bucket",
            "SUFFIX_MIN_M", "SUFFIX_MAX_M",
            "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED", "pick_gemv", "GEMV_INTERPRETER"]
 
@@ -81,8 +82,10 @@ TUNED: dict[tuple[int, str, bool, str, int, int], TileConfig] = {
                                                          source=f"{_SWEEP}: 21.1 us, 1.32 TB/s"),
     (90, "bf16", False, "gemv", 248320, 5120): TileConfig(1, 16, 256, 4, 1,
                                                           source=f"{_SWEEP}: lm_head 637.9 us, 3.99 TB/s"),
-    (90, "bf16", True, "gemm", 17408, 5120): TileConfig(128, 128, 64, 8, 4,
-                                                        source=f"{_SWEEP}: 2553 us at M=4096, 0.98 of cuBLAS"),
+    # TMA descriptors since session 21: 4362.0 us at M = 8192 against 5049.8 for the same tile by pointers
+    # (optimizations/prefill-gemm-tma-descriptors.md); 1024 of these calls were 1.25 s of a cold 32k bf16 prefill
+    (90, "bf16", True, "gemm", 17408, 5120): TileConfig(128, 128, 64, 8, 4, tma=True,
+                                                        source="H200 sweep s21: TMA 4362 us at M=8192 (pointers 5050)"),
 }
 
 # Small tiles for the CPU interpreter: its cost grows with the number of tile ops, and small
@@ -111,30 +114,30 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
             return TileConfig(1, 8, 2048, 4, 1, reduce_each_step=True)
         return TileConfig(1, 16 if n >= 16384 else 8, 1024, 4, 1, reduce_each_step=True)
     if bucket == "suffix":
-        # M = 100 on the H200, session 19 (bench/kernels.py --sections sweep-suffix-gemm; every candidate in
-        # KNOWLEDGE/optimizations/suffix-m100-linear-tiles.md): 128 x 64 tiles with 4 warps beat the prefill tiles
-        # at every 27B shape but the wide plain bf16 ones (in_proj, qkv: the TMA 128 x 128 tile stays); bf16 / fp8
-        # through TMA descriptors, int4 (no TMA kernel) by pointers with BLOCK_K 128 at long K.
+        # M = 100 on the H200. Session 21 (bench/kernels.py --sections sweep-suffix-gemm; optimizations/
+        # suffix-m100-swapped-tiles.md): the swapped tile (yᵀ = W xᵀ, linear/gemm_swap.py) 128 x 64 x 128, 4 warps,
+        # 3 stages beats session 19's 128 x 64 tiles at every 27B shape and format (fp8 down 158.8 -> 97.9 us, fp8
+        # o_proj 58.4 -> 36.8, int4 gate+up 243.0 -> 196.6) but two: the wide plain bf16 ones (in_proj, qkv: the
+        # TMA 128 x 128 tile, 48.5 / 44.2 us) and fp8 gate+up (128 x 64 x 64 unswapped 200.6, swapped 239.9).
         if fmt == "bf16" and not swiglu and n >= 14336:
-            return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 s19: gemm tile kept (in_proj 49.8 us)")
-        if fmt in ("bf16", "fp8"):
-            return TileConfig(128, 64, 64, 4, 4, tma=True, source="H200 s19 M100 sweep")
-        if k >= 6144:
-            return TileConfig(128, 64, 128, 4, 3, source="H200 s19 M100 sweep: down 354 -> 180 us")
-        return TileConfig(128, 64, 64, 4, 4, source="H200 s19 M100 sweep")
+            return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 s19/s21: gemm tile kept (in_proj 48.5 us)")
+        if fmt == "fp8" and swiglu:
+            return TileConfig(128, 64, 64, 4, 4, tma=True, source="H200 s19/s21 M100 sweep: 200.6 us")
+        return TileConfig(128, 64, 128, 4, 3, tma=True, swap_ab=True, source="H200 s21 M100 sweep: swapped tile")
     if bucket == "skinny":
         # 16-row tensor-core tile; narrow N blocks keep >= 160 programs for N = 5120.
         bn = 64 if n >= 16384 and not swiglu else 32
         return TileConfig(16, bn, 128, 4, 4)
-    # Compute bound prefill (wgmma). bf16 without SwiGLU: tiles through TMA descriptors, 128x128x64,
+    # Compute bound prefill (wgmma). Plain bf16: tiles through TMA descriptors, 128x128x64,
     # 8 warps, 4 stages: at M = 8192 on the H200 (2026-11-29 s3) 0.86-0.95 of cuBLAS on the four plain
     # 27B shapes, against 0.78-0.81 for the best pointer-load tile (128x256x64, 3 stages; every
     # candidate in KNOWLEDGE/optimizations/prefill-gemm-tma-descriptors.md). SwiGLU (two accumulators):
-    # pointer loads 128x128x64, 4 stages, measured 0.98 of cuBLAS; dequantising formats 128x128 / 128x64.
-    if fmt == "bf16" and not swiglu:
-        return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 sweep 2026-11-29 s3: TMA 0.86-0.95 of cuBLAS")
+    # TMA 128x128x64, 4 stages (session 21: 0.86x the pointer tile's time at M = 8192); dequantising formats
+    # (in-tile, explicit or tiny-M calls only: from M 512 they take the dequant route) 128x64 by pointers.
+    if fmt == "bf16":
+        return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 sweeps s3 / s21: TMA 0.86-0.95 of cuBLAS")
     if swiglu:
-        return TileConfig(128, 128 if fmt == "bf16" else 64, 64, 8, 4 if fmt == "bf16" else 3)
+        return TileConfig(128, 64, 64, 8, 3)
     return TileConfig(128, 128, 64, 8, 3)
 
 
@@ -149,9 +152,16 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
 # with chunk (tile 766), fp8 686 -> 1058 (tile 935), bf16 1113 -> 1488 with tile; bf16 tile 1.2-1.6x faster than
 # gemm at every 27B shape at M 32 and 64. Session 12 graph-timed kernel rows: the GDN in_proj (N 16384) at M 24 /
 # 32 takes fp8 41.7 / 42.7 us as a tile against 61.1 / 69.6 chunked (int4 49.4 / 46.8 against 54.4 / 60.7).
+# "swap" = the swapped TMA tile (linear/gemm_swap.py, `mid_swap_tile`): the weights as wgmma's register A operand,
+# 64 weight rows per warpgroup, the 32 / 64 tokens as its N side. Session 21, H200 graph-timed kernel rows
+# (bench/kernels.py --sections sweep-mid-swap; optimizations/mid-m-swapped-tiles.md): faster than the route
+# "auto" took before at every 27B shape for bf16 (0.78-0.96x at M 32, 0.87-0.94x at M 64) and fp8 (0.55-0.84x,
+# 0.71-0.95x); int4 keeps chunk / tile (its swapped tile lost down and o_proj by 1.3-1.8x). "auto" = swap for
+# bf16 / fp8, the session 11 rule for int4.
 # Env MODELD_MID_M, read per call (engine A/Bs set it per build); other values raise KernelValueError.
 MID_M = "auto"
 MID_M_ENV = "MODELD_MID_M"
+MID_M_POLICIES = ("gemm", "chunk", "tile", "swap", "auto")
 MID_MAX_M = 64
 CHUNK_M = 16  # tokens per slice under "chunk": the batched GEMVs' MAX_M
 AUTO_CHUNK_MAX_M = 32  # "auto": two slices at most (the engine A/B measured 32 slots)
@@ -162,11 +172,13 @@ def mid_m(fmt: str, m: int, n: int, swiglu: bool) -> str:
     """The policy for a call of format fmt ("bf16" / "fp8" / "int4") with m tokens and n output columns:
     $MODELD_MID_M if set, else MID_M, with "auto" resolved. Refuses anything but gemm / chunk / tile / auto."""
     v = os.environ.get(MID_M_ENV) or MID_M
-    if v not in ("gemm", "chunk", "tile", "auto"):
-        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected gemm, chunk, tile or auto")
+    if v not in MID_M_POLICIES:
+        raise KernelValueError(f"{MID_M_ENV}={v!r}: expected one of {', '.join(MID_M_POLICIES)}")
     if v == "auto":
+        if fmt != "int4":
+            return "swap"
         wide_plain = n >= AUTO_TILE_MIN_N and not swiglu
-        return "chunk" if fmt != "bf16" and m <= AUTO_CHUNK_MAX_M and not wide_plain else "tile"
+        return "chunk" if m <= AUTO_CHUNK_MAX_M and not wide_plain else "tile"
     return v
 
 
@@ -176,6 +188,20 @@ def mid_tile(fmt: str, swiglu: bool, m: int, n: int, interpreting: bool) -> Tile
     5120-row output only 40 programs)."""
     base = INTERPRETER_CONFIGS["skinny"] if interpreting else _default(fmt, swiglu, "skinny", n, 0)
     return dataclasses.replace(base, block_m=32 if m <= 32 else 64, source=f"mid tile for M {m}")
+
+
+def mid_swap_tile(fmt: str, swiglu: bool, m: int, interpreting: bool) -> TileConfig:
+    """16 < M <= 64 under the "swap" policy: the swapped TMA tile with 32 or 64 token columns (H200 session 21
+    sweep: 64 weight rows x 128 of K, 4 warps, 4 stages at every shape but fp8 gate+up, which wants more stages at
+    M 32 and 128 weight rows at M 64)."""
+    bm = 32 if m <= 32 else 64
+    if interpreting:
+        return TileConfig(bm, 64, 64, 4, 1, group_m=4, tma=True, swap_ab=True, source="interpreter")
+    if fmt == "fp8" and swiglu:
+        if bm == 32:
+            return TileConfig(32, 64, 64, 4, 6, tma=True, swap_ab=True, source="H200 s21 mid sweep: 101.0 us")
+        return TileConfig(64, 128, 64, 8, 4, tma=True, swap_ab=True, source="H200 s21 mid sweep: 142.9 us")
+    return TileConfig(bm, 64, 128, 4, 4, tma=True, swap_ab=True, source=f"H200 s21 mid sweep, M {m}")
 
 
 def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: bool) -> TileConfig:

@@ -67,8 +67,8 @@ from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_sw
 from modeld.kernels.linear.weight_tile import _load_weight_tile
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 # the mid-M policy (16 < M <= 64) lives beside the tile configs; MID_M_ENV is re-exported for benches and tests
-from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig, mid_m, mid_tile, pick,  # noqa: F401
-                                          pick_gemv)
+from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig,  # noqa: F401
+                                           mid_m, mid_swap_tile, mid_tile, pick, pick_gemv)
 
 __all__ = [
     "linear",
@@ -306,10 +306,12 @@ def _tma_aligned(*tensors: torch.Tensor) -> bool:
 
 
 def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int) -> TileConfig:
-    """`configs.pick`'s tile for this call; a TMA tile falls back to pointer loads when x or the
+    """`configs.pick`'s tile for this call; a TMA or swapped tile falls back to pointer loads unswapped when x or the
     weight lacks the 16-byte alignment descriptors need (an explicit config is never altered)."""
     cfg = pick(sm, fmt, swiglu, x.shape[0], n, x.shape[1], interpreting())
-    return dataclasses.replace(cfg, tma=False) if cfg.tma and not _tma_aligned(x, w) else cfg
+    if (cfg.tma or cfg.swap_ab) and not _tma_aligned(x, w):
+        return dataclasses.replace(cfg, tma=False, swap_ab=False)
+    return cfg
 
 
 def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group: int = 0,
@@ -350,7 +352,11 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
             for i in range(0, m, CHUNK_M):
                 _route(x[i:i + CHUNK_M], w, ws, wm, fmt, swiglu, group, None, y[i:i + CHUNK_M], sm, device)
             return y
-        if policy == "tile":
+        if policy == "swap" and not _tma_aligned(x, w):
+            policy = "tile"  # descriptors need 16-byte aligned bases and row strides
+        if policy == "swap":
+            config = mid_swap_tile(_FMT_NAMES[fmt], swiglu, m, interpreting())
+        elif policy == "tile":
             config = mid_tile(_FMT_NAMES[fmt], swiglu, m, n, interpreting())
     return _route(x, w, ws, wm, fmt, swiglu, group, config, y, sm, device)
 

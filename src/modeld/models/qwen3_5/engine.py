@@ -32,7 +32,7 @@ from modeld.models.qwen3_5.forward import Probe, Qwen35Forward, StepContext
 from modeld.models.qwen3_5.state import Qwen35StateSpec
 from modeld.models.qwen3_5.weights import LoadReport, Qwen35Weights
 
-__all__ = ["EngineOptions", "Qwen35Engine", "StateFormatError"]
+__all__ = ["EngineOptions", "Qwen35Engine", "StateFormatError", "SUFFIX_BUCKET_CUDA", "default_suffix_bucket"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,18 @@ class EngineOptions:
     # `valid`): an agent turn's suffix or a short prompt costs its kernels, not ~50 ms of launches
     # (KNOWLEDGE/findings/warm-prefix-hit-is-device-bound-h200.md). 0: off (eager pieces only).
     suffix_bucket: int = 0
+
+
+# The padded suffix step that serving turns on for CUDA engines (Qwen35Cell, the benches' build_engine): on the H200
+# (27B synthetic weights, session 21, bench/ttft_long.py) a warm prefix hit of 32768 + 100 tokens went bf16 57.4 ->
+# 33.9 ms and int4 69.2 -> 51.2 ms, its logits bit-identical to a cold prefill of the same tokens
+# (KNOWLEDGE/optimizations/captured-suffix-step.md). Off elsewhere: without a CUDA graph the pad rows are only cost.
+SUFFIX_BUCKET_CUDA = 128
+
+
+def default_suffix_bucket(device: torch.device | str, capacity: int) -> int:
+    """EngineOptions.suffix_bucket for an engine on `device` with `capacity` positions per slot."""
+    return min(SUFFIX_BUCKET_CUDA, capacity) if torch.device(device).type == "cuda" else 0
 
 
 class Qwen35Engine(SlotEngine):
