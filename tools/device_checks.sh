@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 checks of the kernel and engine candidates that are still off by default, one device call per step
+# The H200 checks of the kernel and engine candidates against the defaults (session 21 flipped the winners), one device call per step
 # (each fits the tool's 600 s limit). Run from the repo root on the device machine, with .whl/ (tools/device_wheels.sh)
 # and .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
@@ -38,7 +38,7 @@ case "$step" in
   ttft)
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,int4 \
       --suffix-bucket 128 --kernel-table 12 \
-      --cold-ab MODELD_GDN_PREP=product,MODELD_ATTN_CAUSAL_LOOP=split,MODELD_ATTN_CAUSAL_LOOP=split-lazy,chunk=8192 \
+      --cold-ab MODELD_GDN_PREP=blocked,MODELD_ATTN_CAUSAL_LOOP=masked,MODELD_ATTN_CAUSAL_LOOP=split-lazy,chunk=8192 \
       2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;
   *)

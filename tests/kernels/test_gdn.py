@@ -360,8 +360,13 @@ def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
 @pytest.mark.parametrize("case", [(500, 16, 48, 128, 128), (777, 3, 9, 96, 80)], ids=_ids([(500, 16, 48, 128, 128),
                                                                                          (777, 3, 9, 96, 80)]))
-def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypatch):
-    """The product prep's series in tf32x3 holds the tf32 row where plain tf32 would not (27B heads)."""
+def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypatch, request):
+    """The product prep's series in tf32x3 holds the tf32 row where plain tf32 would not (27B heads). v1's 63-step
+    substitution prep misses the state's tf32 row there by ~2x on the H200 (session 21: 181 of 786432 elements,
+    max |err| 0.0105 at atol 0.005); it serves no default path (findings/gdn-v1-prep-misses-tf32-row-correlated-keys.md).
+    """
+    if prep == "substitution" and case[1] == 16:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="v1 prep: ~2x the tf32 state row (H200 s21)"))
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
     _check_correlated(case, gen, device)
