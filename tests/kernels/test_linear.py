@@ -249,13 +249,15 @@ def test_tma_config_rejects_int4_and_misaligned(gen, device):
 def test_config_paths_are_distinct():
     assert configs.m_bucket(1) == "gemv" and configs.m_bucket(16) == "skinny" and configs.m_bucket(17) == "gemm"
     assert [configs.m_bucket(m) for m in (64, 65, 128, 129)] == ["gemm", "suffix", "suffix", "gemm"]
-    # the suffix bucket's 27B tiles (H200 M = 100 sweep): 64-wide N blocks, except wide plain bf16 outputs
+    # the suffix bucket's 27B tiles (H200 M = 100 sweeps): 64-wide N blocks, swapped (weights as wgmma's A operand)
+    # except the wide plain bf16 outputs (128 x 128) and fp8 gate+up (unswapped 128 x 64); all through TMA
     suffix = {(fmt, n, k, sw): configs.pick(90, fmt, sw, 100, n, k, interpreting=False)
               for fmt in ("bf16", "fp8", "int4") for n, k, sw in ((17408, 5120, True), (5120, 17408, False),
                                                                    (16384, 5120, False))}
+    kept = {("bf16", 16384, 5120, False), ("fp8", 17408, 5120, True)}
     assert suffix[("bf16", 16384, 5120, False)].block_n == 128
     assert all(c.block_m == 128 and c.block_n == 64 for key, c in suffix.items() if key != ("bf16", 16384, 5120, False))
-    assert all(c.tma == (key[0] != "int4") for key, c in suffix.items())
+    assert all(c.tma and c.swap_ab == (key not in kept) for key, c in suffix.items())
     cfg = configs.pick(90, "bf16", False, 4096, 5120, 5120, interpreting=False)
     assert cfg.block_m == 128 and cfg.num_warps == 8
 

@@ -106,8 +106,11 @@ def test_fp8_batch_routing_and_switch(gen, device, poisoned_outputs, monkeypatch
     monkeypatch.setenv(tt.MID_M_ENV, "gemm")
     tt.swiglu_linear_fp8(x, *ws)
     assert len(calls) == 2
+    monkeypatch.setenv(tt.MID_M_ENV, "chunk")
+    assert_close(tt.swiglu_linear_fp8(x, *ws), want(x, ws, True), what="fp8 M 17 as 16 + 1 (mid-M chunk)")
+    assert len(calls) == 3
     monkeypatch.delenv(tt.MID_M_ENV)
-    assert_close(tt.swiglu_linear_fp8(x, *ws), want(x, ws, True), what="fp8 M 17 as 16 + 1 (mid-M auto)")
+    tt.swiglu_linear_fp8(x, *ws)  # mid-M auto: the swapped tile for fp8 since session 21, no batched GEMV
     assert len(calls) == 3
     monkeypatch.setenv(fb.FP8_BATCH_ENV, "tile")
     assert_close(tt.swiglu_linear_fp8(x[:3], *ws), want(x[:3], ws, True), what="fp8 skinny tile")
