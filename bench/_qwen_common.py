@@ -151,10 +151,10 @@ def hf_ttft(model, n: int, vocab: int, device, runs: int = 1) -> dict:
 
 
 def build_engine(cfg, source, device, capacity: int, slots: int = 1, suffix_bucket: int | None = None):
-    """Qwen35Engine, `slots` slots (one by default), the options of bench/engine_qwen3_5.py (and `suffix_bucket`,
-    EngineOptions' padded suffix step; 0 = off; None = what the serving cell (one slot) takes on this device, and
-    off for more slots, whose engines would capture one step per slot); Triton kernels + CUDA graph on CUDA, the
-    reference kernels (eager) elsewhere."""
+    """Qwen35Engine, `slots` slots (one by default), EngineOptions' prefill schedule and 2 checkpoints (and
+    `suffix_bucket`, EngineOptions' padded suffix step; 0 = off; None = what the serving cell (one slot) takes on
+    this device, and off for more slots, whose engines would capture one step per slot); Triton kernels + CUDA graph
+    on CUDA, the reference kernels (eager) elsewhere."""
     from modeld.execution.bindings import reference_kernels, triton_kernels
     from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine, default_suffix_bucket
 
@@ -162,8 +162,7 @@ def build_engine(cfg, source, device, capacity: int, slots: int = 1, suffix_buck
         suffix_bucket = default_suffix_bucket(device, capacity) if slots == 1 else 0
 
     ks = triton_kernels() if device.type == "cuda" else reference_kernels()
-    opts = EngineOptions(slots=slots, capacity=capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2,
-                         suffix_bucket=suffix_bucket)
+    opts = EngineOptions(slots=slots, capacity=capacity, checkpoints=2, suffix_bucket=suffix_bucket)
     return Qwen35Engine(cfg, source, device, ks, opts)
 
 

@@ -170,15 +170,15 @@ def ttft(engine, lengths: list[int]) -> list[dict]:
 
 
 def ttft_by_chunk(eng, n: int, chunks: str) -> list[dict]:
-    """TTFT at n tokens with prefill_chunk = checkpoint_every = c for each c (the cell's schedule
-    knob: a longer chunk gives the GEMMs more rows per weight pass, a shorter one finer GDN
-    checkpoints). The engine reads its options per prefill; they are restored afterwards."""
+    """TTFT at n tokens with prefill_chunk = c for each c (the cell's schedule knob: a longer chunk gives the
+    GEMMs more rows per weight pass; checkpoint_every stays, pieces checkpoint inside themselves). The engine reads
+    its options per prefill; they are restored afterwards."""
     import dataclasses
 
     saved, out = eng.options, []
     try:
         for c in (int(x) for x in chunks.split(",") if x):
-            eng.options = dataclasses.replace(saved, prefill_chunk=c, checkpoint_every=c)
+            eng.options = dataclasses.replace(saved, prefill_chunk=c)
             r = ttft(eng, [n])
             if r:
                 out.append({"prefill_chunk": c, **r[0]})
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         from modeld.qualify.hf_weights import QuantizedSource
 
         src = QuantizedSource(src, args.profile, device="cuda" if dev.type == "cuda" else None)
-    opts = EngineOptions(slots=1, capacity=args.capacity, prefill_chunk=2048, checkpoint_every=2048, checkpoints=2)
+    opts = EngineOptions(slots=1, capacity=args.capacity, checkpoints=2)  # the cell's prefill schedule
 
     def save():
         with open(os.path.join(args.out, "engine_qwen3_5.json"), "w") as f:

@@ -46,8 +46,9 @@ def parse(argv):
     ap.add_argument("--long", type=int, default=32768, help="cold TTFT prompt length (default 32768)")
     ap.add_argument("--prefix", type=int, default=32768, help="warm hit: tokens already in the slot (default 32768)")
     ap.add_argument("--suffix", type=int, default=100, help="warm hit: new tokens of the turn (default 100)")
-    ap.add_argument("--chunk", type=int, default=2048,
-                    help="the engine's prefill_chunk and checkpoint_every (default 2048); must divide --prefix")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="the engine's prefill_chunk (default: EngineOptions', 8192); must divide --prefix. "
+                         "checkpoint_every stays the engine's (2048): pieces checkpoint inside themselves")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per number, the best is reported (default 3)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF's timings (its model still holds the weights)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget (recorded; engine stages past it skip)")
@@ -64,6 +65,10 @@ def parse(argv):
                          "MODELD_ATTN_CAUSAL_LOOP=split) or 'chunk' (the prefill chunk), e.g. "
                          "'MODELD_GDN_PREP=product,chunk=8192'")
     a = ap.parse_args(argv)
+    if a.chunk is None:
+        from modeld.models.qwen3_5.engine import EngineOptions
+
+        a.chunk = EngineOptions().prefill_chunk
     if min(a.long, a.prefix, a.suffix, a.chunk, a.runs) < 1 or a.prefix % a.chunk:
         ap.error("--long, --prefix, --suffix, --chunk and --runs must be >= 1, and --chunk must divide --prefix")
     try:
@@ -96,11 +101,11 @@ def parse_ab(spec: str) -> list[tuple[str, dict[str, str], int | None]]:
 
 @contextlib.contextmanager
 def variant(eng, env: dict[str, str], chunk: int | None):
-    """The engine with the variant's switches set and prefill chunk, both put back after. The chunk also sets
-    checkpoint_every: prefill splits at every checkpoint, so a chunk above it alone would change nothing."""
+    """The engine with the variant's switches set and prefill chunk, both put back after (checkpoint_every stays:
+    a piece longer than it checkpoints inside itself)."""
     saved_options = eng.options
     if chunk:
-        eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk, checkpoint_every=chunk)
+        eng.options = dataclasses.replace(eng.options, prefill_chunk=chunk)
     try:
         with contextlib.ExitStack() as stack:
             for name, value in env.items():
@@ -161,7 +166,7 @@ def engine_long(R, st, profile: str) -> dict:
     # what the engine holds once built (the suffix bucket's graphs keep one private memory pool per slot)
     memory = ({"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
                "suffix_bucket_graphs": eng.bucket_graph_bytes} if torch.cuda.is_available() else None)
-    eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk, checkpoint_every=a.chunk)
+    eng.options = dataclasses.replace(eng.options, prefill_chunk=a.chunk)
     long_ids, prefix = C.ttft_ids(a.long, vocab), C.ttft_ids(a.prefix, vocab)
     turn = C.ttft_ids(a.suffix, vocab, offset=1)
     last = C.ttft_ids(a.suffix, vocab, offset=2)  # the previous turn's tokens, dropped by every warm run
@@ -205,6 +210,7 @@ def engine_long(R, st, profile: str) -> dict:
         eng.prefill(0, last)
         cold_table = C.kernel_table(lambda: cold_run(long_ids), st.dev, top=a.kernel_table, total_wanted=True)
     res = {"build_s": build_s, "gpu_memory_after_build": memory, "chunk": a.chunk,
+           "checkpoint_every": eng.options.checkpoint_every,
            "cold": {"tokens": a.long, **best(cold)},
            "cold_prefix_plus_suffix_s": cold_full_s,
            "warm": {"prefix": a.prefix, "suffix": a.suffix, **best(whole), "restore_best_s": min(restore),

@@ -53,6 +53,18 @@ def test_the_cell_turns_the_suffix_bucket_on_for_cuda_only(ckpt_dir):
     assert c.engine.options.suffix_bucket == 0
 
 
+def test_a_session_prefills_in_the_engine_pieces(ckpt_dir, monkeypatch):
+    """A prompt reaches the engine in prefill_chunk pieces (not the session base class's 256-token calls, which
+    would keep the GEMMs at 256 rows and checkpoint after every call)."""
+    c = Qwen35Cell(ckpt_dir("tiny"), model_id="synthetic/qwen3_5-tiny-L4-seed0", weights_id=WID, device="cpu",
+                   n_ctx=512, options=EngineOptions(prefill_chunk=300, checkpoint_every=64, checkpoints=4))
+    calls, real = [], c.engine.prefill
+    monkeypatch.setattr(c.engine, "prefill", lambda slot, toks, probe=None: calls.append(len(toks)) or real(slot, toks))
+    c.new_session().ensure_prefix(random_prompt(1024, 400, 5))
+    assert calls == [300, 100]
+    assert c.engine.ckpts[0].held() == [300, 320, 384, 400]  # each call's end and inside the pieces: the newest four
+
+
 def test_capabilities_and_identity(cell):
     caps = cell.capabilities()
     assert caps.n_ctx == 256 and caps.n_vocab == 1024 and caps.snapshot_supported and caps.chat_template

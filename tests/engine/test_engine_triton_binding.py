@@ -106,3 +106,33 @@ def test_suffix_bucket_graph_replays_like_eager(ckpt_dir):
     graphed.prefill(0, prefix + last)
     graphed.truncate(0, 32, prefix)
     assert torch.equal(graphed.prefill(0, turn), want)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_checkpoints_inside_a_piece_on_the_triton_kernels(ckpt_dir, device):
+    """Triton kernels (the interpreter on CPU): a 128-token piece that checkpoints at 64 runs its GDN layers in two
+    segments; the logits equal the piece run whole bit for bit (the segments start on the GDN kernels' 64-token chunk
+    grid), and the entry at 64 holds the state a 64-token prefill leaves, to the rounding of that prefill's own
+    GEMM tiles (64 rows take the mid-M tiles, 128 the suffix tiles)."""
+    from engine_support import Qwen35Config, Qwen35Engine, SafetensorsDirSource
+    from modeld.models.qwen3_5.engine import EngineOptions
+
+    d = ckpt_dir("tiny")
+    cfg = Qwen35Config.from_file(d / "config.json")
+
+    def build(every):
+        opts = EngineOptions(capacity=160, prefill_chunk=128, checkpoint_every=every, checkpoints=2, use_graph=False)
+        return Qwen35Engine(cfg, SafetensorsDirSource(d), device, kernels=triton_kernels(), options=opts)
+
+    split, whole = build(64), build(128)
+    prompt = random_prompt(1024, 128, 40)
+    assert torch.equal(split.prefill(0, prompt).clone(), whole.prefill(0, prompt).clone())
+    assert split.ckpts[0].held() == [64, 128]
+    whole.reset_slot(0)
+    whole.prefill(0, prompt[:64])
+    ck = split.ckpts[0]
+    j = ck.positions.index(64)
+    for n in ck.names:
+        got, want = ck.arena[f"{j}:{n}"].float(), whole.state[n][0].float()
+        err = float((got - want).abs().max())
+        assert err <= 0.02 * float(want.abs().max()), (n, err)

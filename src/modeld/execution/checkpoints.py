@@ -6,10 +6,14 @@ or before the prefix end and re-evaluates the few tokens after it. Checkpoints l
 preallocated arena (`count` entries), so taking one never allocates. When full, the checkpoint
 with the smallest position is replaced (truncations usually go back a little, not to the start;
 position 0 needs no entry: it is the zero state).
+
+An entry can also be filled buffer by buffer (`reserve`, `write`, `commit`): a model that reports its state after
+some rows of a forward call (StepContext snapshots) writes each layer's buffers as it passes them.
 """
 
 from __future__ import annotations
 
+import torch
 
 from modeld.execution.arena import Arena, BufferSpec
 
@@ -46,15 +50,37 @@ class StateCheckpoints:
         """Copy the slot's state as the state after `position` tokens (replaces an entry)."""
         if not self.count or position <= 0:
             return
-        if position in self.positions:
-            j = self.positions.index(position)
-        elif None in self.positions:
-            j = self.positions.index(None)
-        else:
-            j = min(range(self.count), key=lambda e: self.positions[e])
+        j = self._entry_for(position, busy=())
         for n in self.names:
             self.arena[f"{j}:{n}"].copy_(self.state[n][slot])
         self.positions[j] = position
+
+    def _entry_for(self, position: int, busy) -> int:
+        """The entry to (re)write for `position`: its own, else a free one, else the smallest position; never one
+        in `busy` (entries reserved and not yet committed)."""
+        if position in self.positions:
+            return self.positions.index(position)
+        free = [j for j in range(self.count) if j not in busy]
+        empty = [j for j in free if self.positions[j] is None]
+        return empty[0] if empty else min(free, key=lambda e: self.positions[e])
+
+    def reserve(self, positions: list[int]) -> dict[int, int]:
+        """Entries for the ascending `positions` (> 0), to be filled by `write` and made visible by `commit`; only
+        the newest `count` positions get one (older ones would be replaced at once). Reserved entries hold no
+        position until committed, so a forward call that fails half-way leaves no torn checkpoint behind."""
+        out: dict[int, int] = {}
+        for p in [p for p in positions if p > 0][-self.count:] if self.count else []:
+            j = self._entry_for(p, busy=out.values())
+            self.positions[j] = None
+            out[p] = j
+        return out
+
+    def write(self, entry: int, name: str, value: torch.Tensor) -> None:
+        """Copy one buffer's slot value into a reserved entry."""
+        self.arena[f"{entry}:{name}"].copy_(value)
+
+    def commit(self, entry: int, position: int) -> None:
+        self.positions[entry] = position
 
     def restore_at_most(self, slot: int, position: int) -> int:
         """Restore the newest checkpoint at or before `position` into the slot (zero state if

@@ -6,6 +6,7 @@ every slot at its own length; each model's forward interprets it against its own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,10 @@ class StepContext:
     padded prefill (a captured bucket): `valid` int64 [1] = how many of the N rows are real (on the device), and
     `pad_rows` bool [N] = the rows past it. The positions then carry the start (`start` is unused), and a model
     must leave its state as if only the real rows had run.
+    prefill snapshots: for each row offset r in `snapshots` (0 < r < N, ascending) the model calls
+    `snapshot(r, name, value)` once per length-independent state buffer `name` (its state spec's fixed names) with
+    the slot's value of that buffer after the first r rows, so an engine can checkpoint inside one forward call
+    (a long prefill piece keeps its large GEMMs while the recurrent state is still saved every few positions).
     """
 
     decode: bool
@@ -30,3 +35,5 @@ class StepContext:
     cache_lens: torch.Tensor | None = None
     valid: torch.Tensor | None = None
     pad_rows: torch.Tensor | None = None
+    snapshots: tuple[int, ...] = ()
+    snapshot: Callable[[int, str, torch.Tensor], None] | None = None

@@ -116,6 +116,10 @@ class SlotEngineSession(EngineSession):
         super().__init__(cell.lock, cell._n_ctx, cell.config.vocab)
         self._cell = cell
         self._parked: bytes | None = None
+        # evaluate a prompt in the engine's own prefill pieces (cancel is checked between them): the base class's
+        # 256-token calls would give the GEMMs 256 rows, keep fp8 / int4 off the dequant route (M >= 512) and save a
+        # GDN checkpoint at the end of every call
+        self.prefill_chunk = getattr(cell.engine.options, "prefill_chunk", self.prefill_chunk)
 
     def capabilities(self) -> Capabilities:
         return self._cell.capabilities()

@@ -1,8 +1,8 @@
 """`Qwen35Engine`: weights + state arena + bound kernels + the fixed schedule, for `slots` sequences.
 
-Schedule (fixed at load): prefill runs the forward over chunks of at most `prefill_chunk` tokens
-of one slot, split additionally at multiples of `checkpoint_every` so the GDN state at those
-positions can be checkpointed; decode runs one token for every slot through one captured step
+Schedule (fixed at load): prefill runs the forward over pieces of at most `prefill_chunk` tokens
+of one slot; the GDN state at every multiple of `checkpoint_every` is checkpointed, inside a piece
+through the forward's snapshots (StepContext); decode runs one token for every slot through one captured step
 (a CUDA graph on CUDA devices, eager elsewhere). All state lives in the state arena; per-step
 inputs live in small static buffers (`_ids`, `_lens`, `_pos`) so replays never allocate inputs.
 
@@ -39,11 +39,13 @@ __all__ = ["EngineOptions", "Qwen35Engine", "StateFormatError", "SUFFIX_BUCKET_C
 class EngineOptions:
     slots: int = 1
     capacity: int = 4096          # positions per slot (KV cache length S)
-    # Tokens per forward call during prefill, and the GDN-state checkpoint interval (positions; it
-    # also splits prefill). 2048: 27B / H200 8k TTFT (2026-11-29, one run) bf16 946 / 888 / 884 ms,
-    # int4 1070 / 961 / 915 ms at 1024 / 2048 / 4096 — most of the gain, while a trim re-evaluates
-    # at most 2047 tokens from its checkpoint (findings/qwen3_5-27b-certification-same-run-h200.md).
-    prefill_chunk: int = 2048
+    # Tokens per forward call during prefill, and the GDN-state checkpoint interval (positions). They are
+    # independent: a piece longer than the interval checkpoints inside itself (the forward's snapshots), so a
+    # trim still re-evaluates at most checkpoint_every - 1 tokens. 8192: 27B / H200 cold 32k prefill (session 21,
+    # both at 8192 against both at 2048, logits bit-identical) bf16 0.981x, fp8 0.926x, int4 0.935x; fp8 / int4
+    # dequantise each weight once per piece (findings/prefill-chunk-bound-by-checkpoint-interval.md). 2048: the
+    # trim bound of findings/qwen3_5-27b-certification-same-run-h200.md.
+    prefill_chunk: int = 8192
     checkpoint_every: int = 2048
     checkpoints: int = 4          # checkpoint entries per slot (0 disables prefix trimming reuse)
     use_graph: bool | None = None  # None: capture on CUDA, eager elsewhere; True: capture or raise
@@ -139,24 +141,37 @@ class Qwen35Engine(SlotEngine):
         every, chunk = self.options.checkpoint_every, self.options.prefill_chunk
         pos = start
         while pos < end:
-            stop = min(end, pos + chunk, (pos // every + 1) * every)
+            stop = min(end, pos + chunk)
             ids = ids_all[pos - start : stop - start]
             bucket = self.options.suffix_bucket
-            if (self._buckets and probe is None and stop == end and stop - pos <= bucket
+            # checkpoints strictly inside the piece come from the forward's snapshots (its end is saved below)
+            inside = list(range((pos // every + 1) * every, stop, every))
+            if (self._buckets and probe is None and not inside and stop == end and stop - pos <= bucket
                     and pos + bucket <= self.options.capacity):
                 self._bucket_ids[: stop - pos].copy_(ids)
                 self._bucket_start.fill_(pos)
                 self._bucket_valid.fill_(stop - pos)
                 self.logits[slot].copy_(self._buckets[slot]()[0])
             else:
-                positions = torch.arange(pos, stop, dtype=torch.int64, device=self.device)
-                ctx = StepContext(decode=False, positions=positions, slot=slot, start=pos)
-                self.logits[slot].copy_(self.forward(ids, ctx, probe=probe)[0])
+                self._prefill_piece(slot, ids, pos, inside, probe)
             pos = stop
             self.lengths[slot] = pos
             if pos % every == 0 or pos == end:
                 self.ckpts[slot].save(slot, pos)
         return self.logits[slot]
+
+    def _prefill_piece(self, slot: int, ids: torch.Tensor, pos: int, inside: list[int], probe: Probe | None) -> None:
+        """One eager forward over ids at positions pos..; the GDN state at each position of `inside` goes into a
+        checkpoint entry as the layers pass it, committed once the whole piece has run."""
+        ckpts = self.ckpts[slot]
+        entries = ckpts.reserve(inside)
+        positions = torch.arange(pos, pos + ids.shape[0], dtype=torch.int64, device=self.device)
+        offsets = {p - pos: j for p, j in entries.items()}
+        ctx = StepContext(decode=False, positions=positions, slot=slot, start=pos, snapshots=tuple(sorted(offsets)),
+                          snapshot=lambda r, name, value: ckpts.write(offsets[r], name, value))
+        self.logits[slot].copy_(self.forward(ids, ctx, probe=probe)[0])
+        for p, j in entries.items():
+            ckpts.commit(j, p)
 
     def _decoded(self, slot: int) -> None:
         if self.lengths[slot] % self.options.checkpoint_every == 0:

@@ -13,6 +13,10 @@ the last real inputs (`_conv_prefill_padded`); attention reads its start from th
 (`attention_prefill_at`; pad rows write KV past the real length, which nothing reads before it is overwritten);
 the logits are the last real row's.
 
+Prefill snapshots (StepContext `snapshots`): each GDN layer runs its conv and recurrence in segments that end at
+those row offsets and hands the engine its conv and recurrent state after each, so a long prefill piece can still
+be checkpointed every `checkpoint_every` positions; attention, MLP and the projections see the whole piece.
+
 Mutates only the state buffers passed in the context (KV at the written positions, conv and
 recurrent state of the slots it runs).
 """
@@ -100,7 +104,7 @@ class Qwen35Forward:
     def gdn(self, i: int, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """Gated DeltaNet of layer i. x [N, D] bf16 (normed) -> [N, D]. Updates conv and recurrent state."""
         c, w, ks = self.c, self.w, self.ks
-        N, C, kd, vd, Hv = x.shape[0], c.conv_dim, c.key_dim, c.value_dim, c.lin_v_heads
+        N, C, vd, Hv = x.shape[0], c.conv_dim, c.value_dim, c.lin_v_heads
         proj = self.lin[f"L{i}.gdn.in_proj"](x)  # [N, C + Hv*Dv]
         ba = self.lin[f"L{i}.gdn.ba"](x)  # [N, 2*Hv]
         mixed = proj[:, :C]
@@ -111,20 +115,37 @@ class Qwen35Forward:
         conv_state, rec = self.s[f"gdn.{i}.conv"], self.s[f"gdn.{i}.rec"]  # [B, W-1, C], [B, Hv, Dk, Dv]
         if ctx.decode:
             y = ks.conv1d.causal_conv1d_decode(mixed, w[f"L{i}.gdn.conv"], conv_state)  # [N, C]
+            o = self._gdn_core(i, y, a, b, rec, decode=True)  # [N, Hv, Dv]
         elif ctx.valid is not None:
             y = self._conv_prefill_padded(i, mixed, conv_state[ctx.slot], ctx)
+            o = self._gdn_core(i, y, a, b, rec[ctx.slot], decode=False)
         else:
-            y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
-        q = y[:, :kd].view(N, c.lin_k_heads, c.lin_k_dim)
-        k = y[:, kd : 2 * kd].view(N, c.lin_k_heads, c.lin_k_dim)
-        v = y[:, 2 * kd :].view(N, Hv, c.lin_v_dim)
-        A_log, dt_bias = w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"]
-        if ctx.decode:
-            o = ks.gdn.gdn_decode(q, k, v, a, b, A_log, dt_bias, rec)  # [N, Hv, Dv]
-        else:
-            o = ks.gdn.gdn_prefill(q, k, v, a, b, A_log, dt_bias, rec[ctx.slot])
+            # one segment per snapshot interval: the conv and recurrent state after each segment is what an engine
+            # checkpoints there (both kernels carry the state across calls exactly)
+            o_parts, r0 = [], 0
+            for r1 in (*ctx.snapshots, N):
+                y = ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
+                o_parts.append(self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False))
+                if r1 < N:
+                    ctx.snapshot(r1, f"gdn.{i}.conv", conv_state[ctx.slot])
+                    ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
+                r0 = r1
+            o = o_parts[0] if len(o_parts) == 1 else torch.cat(o_parts)
         o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
+
+    def _gdn_core(self, i: int, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, rec: torch.Tensor,
+                  decode: bool) -> torch.Tensor:
+        """The gated delta rule on conv outputs y [n, C] (decode: one row per slot, rec [B, Hv, Dk, Dv]; prefill:
+        the slot's rows, rec [Hv, Dk, Dv]) -> o [n, Hv, Dv]. Updates rec."""
+        c, w, ks = self.c, self.w, self.ks
+        n, kd = y.shape[0], c.key_dim
+        q = y[:, :kd].view(n, c.lin_k_heads, c.lin_k_dim)
+        k = y[:, kd : 2 * kd].view(n, c.lin_k_heads, c.lin_k_dim)
+        v = y[:, 2 * kd :].view(n, c.lin_v_heads, c.lin_v_dim)
+        A_log, dt_bias = w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"]
+        gdn = ks.gdn.gdn_decode if decode else ks.gdn.gdn_prefill
+        return gdn(q, k, v, a, b, A_log, dt_bias, rec)
 
     def _conv_prefill_padded(self, i: int, mixed: torch.Tensor, state: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """The conv prefill of a padded bucket: its kernel leaves the last W-1 rows of [state; mixed] as the new
