@@ -269,9 +269,17 @@ def bench_gdn(reps):
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 finally:
                     os.environ.pop(tt.PREP_ENV)
-            if T == 4096:
-                import modeld.kernels.gdn.triton as gt
+            import modeld.kernels.gdn.triton as gt
 
+            saved_warps, gt.PRODUCT_PREP_WARPS = gt.PRODUCT_PREP_WARPS, 4  # two CTAs per SM (no spill) against one
+            os.environ[tt.PREP_ENV] = "product"
+            try:
+                case("gdn_prefill(chunked,v2,productprep,w4)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                     lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+            finally:
+                gt.PRODUCT_PREP_WARPS = saved_warps
+                os.environ.pop(tt.PREP_ENV)
+            if T == 4096:
                 default = gt.V2_OUTPUT_TILE
                 for tile in ((32, 4), (64, 8), (128, 8)):  # output-pass alternatives to re-pick the tile from
                     gt.V2_OUTPUT_TILE = tile
@@ -340,7 +348,7 @@ def aot_kernels():
         ("rmsnorm", norm._rmsnorm_kernel, dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, res_out_ptr=bf, D=i32,
          eps="fp32", BLOCK_D=8192, ZERO_CENTRED=True, HAS_RESIDUAL=True, PDL=False, LOADS_FIRST=False), dict(num_warps=8)),
         ("gated_rmsnorm", gnorm._gated_rmsnorm_kernel, dict(x_ptr=bf, z_ptr=bf, w_ptr=bf, out_ptr=bf, n_rows=i32,
-         Dv=i32, eps="fp32", BLOCK_D=128, ROWS=16, PDL=False, LOADS_FIRST=False), dict(num_warps=4)),
+         Dv=i32, H=i32, stride_zt=i32, eps="fp32", BLOCK_D=128, ROWS=16, PDL=False, LOADS_FIRST=False), dict(num_warps=4)),
         ("rope", rope._rope_kernel, dict(x_ptr=bf, w_ptr=bf, pos_ptr="*i64", inv_ptr=f32, out_ptr=bf, H=i32, Dh=i32,
          stride_xt=i32, stride_xh=i32, eps="fp32", R=64, BLOCK_D=256, BLOCK_H=8, NORM=True, PDL=False, LOADS_FIRST=False), dict(num_warps=4)),
         ("conv_prefill", conv._conv_prefill_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf, T=i32, C=i32,

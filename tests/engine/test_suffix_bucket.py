@@ -68,6 +68,20 @@ def test_bucket_reuse_is_exact(pair):
     assert torch.equal(got, want)
 
 
+def test_a_suffix_across_a_checkpoint_position_keeps_the_bucket(pair):
+    """A last piece crossing a multiple of checkpoint_every (28..38 over 32) still takes the padded step; the
+    checkpoint at 32 is dropped (the end's is saved), where the plain engine saves it from a forward snapshot."""
+    plain, bucketed = pair
+    prefix, turn = random_prompt(1024, 28, 11), random_prompt(1024, 10, 12)
+    for eng in pair:
+        eng.reset_slot(0)
+        eng.prefill(0, prefix)
+    calls = _count_bucket_steps(bucketed)
+    a, b = plain.prefill(0, turn), bucketed.prefill(0, turn)
+    assert calls == [1] and int(a.argmax()) == int(b.argmax()) and torch.allclose(a, b, atol=0.05)
+    assert plain.ckpts[0].held() == [32, 38] and bucketed.ckpts[0].held() == [28, 38]
+
+
 def test_bucket_near_capacity_falls_back(pair):
     """A last piece whose padded rows would pass the capacity runs unpadded (the same logits as plain)."""
     plain, bucketed = pair

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from modeld.kernels._testing import assert_close
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
 from modeld.kernels.gated_rmsnorm import reference as ref
 from modeld.kernels.gated_rmsnorm import triton as tt
 
@@ -27,6 +27,30 @@ def _check(shape, dtype, gen, device):
 @pytest.mark.parametrize("shape", CPU_CASES, ids=["x".join(map(str, s)) for s in CPU_CASES])
 def test_triton_matches_reference(shape, dtype, gen, device):
     _check(shape, dtype, gen, device)
+
+
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+@pytest.mark.parametrize("shape", [(1, 48, 128), (5, 3, 100), (17, 7, 64)], ids=["1x48x128", "5x3x100", "17x7x64"])
+def test_gate_read_in_place_from_a_wider_row(impl, shape, gen, device):
+    """z as the forward passes it: the gate columns of the GDN in_proj output, [N, H, Dv] with token stride
+    extra + H*Dv; the same result as a contiguous copy of it."""
+    n, h, dv = shape
+    x = (torch.randn(*shape, generator=gen) * 2).bfloat16().to(device)
+    proj = (torch.randn(n, 37 + h * dv, generator=gen) * 2).bfloat16().to(device)
+    z = proj[:, 37:].view(n, h, dv)
+    w = (1 + 0.3 * torch.randn(dv, generator=gen)).bfloat16().to(device)
+    assert not z.is_contiguous() or n == 1
+    assert torch.equal(impl.gated_rms_norm(x, z, w, 1e-6), impl.gated_rms_norm(x, z.contiguous(), w, 1e-6))
+
+
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+def test_gate_with_heads_apart_is_refused(impl, device):
+    x = torch.randn(4, 3, 64).bfloat16().to(device)
+    w = torch.ones(64).bfloat16().to(device)
+    with pytest.raises(KernelStrideError):  # heads not adjacent within a token
+        impl.gated_rms_norm(x, torch.randn(4, 3, 128).bfloat16().to(device)[:, :, :64], w, 1e-6)
+    with pytest.raises(KernelStrideError):  # tokens overlapping
+        impl.gated_rms_norm(x, torch.randn(4 * 64 + 128).bfloat16().to(device).as_strided((4, 3, 64), (64, 64, 1)), w, 1e-6)
 
 
 @pytest.mark.parametrize("shape", [(1, 48, 128), (2, 5, 100)], ids=["1x48x128", "2x5x100"])
@@ -69,6 +93,17 @@ def test_bad_inputs_raise(impl, device):
         impl.gated_rms_norm(x, x.float(), w, 1e-6)
     with pytest.raises(KernelShapeError):
         impl.gated_rms_norm(x, x, w[:64], 1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_gate_read_in_place(gen, device):
+    """27B prefill piece: z the gate columns of in_proj's [8192, 10240 + 6144] output."""
+    x = (torch.randn(8192, 48, 128, generator=gen) * 2).bfloat16().to(device)
+    proj = (torch.randn(8192, 10240 + 48 * 128, generator=gen) * 2).bfloat16().to(device)
+    z = proj[:, 10240:].view(8192, 48, 128)
+    w = (1 + 0.3 * torch.randn(128, generator=gen)).bfloat16().to(device)
+    assert torch.equal(tt.gated_rms_norm(x, z, w, 1e-6), tt.gated_rms_norm(x, z.contiguous(), w, 1e-6))
+    assert_close(tt.gated_rms_norm(x, z, w, 1e-6), ref.gated_rms_norm(x, z, w, 1e-6))
 
 
 @pytest.mark.gpu

@@ -357,6 +357,19 @@ def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+def test_gpu_product_prep_at_4_warps(case, decay, gen, device, monkeypatch):
+    """The product prep as bench/kernels_recurrent.py times it with 4 warps (two CTAs per SM)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", 4)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        _check_correlated(case, gen, device)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
 @pytest.mark.parametrize("case", [(500, 16, 48, 128, 128), (777, 3, 9, 96, 80)], ids=_ids([(500, 16, 48, 128, 128),
                                                                                          (777, 3, 9, 96, 80)]))

@@ -14,7 +14,7 @@ from modeld.kernels._loads_first import loads_first
 from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.errors import KernelShapeError
-from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs
+from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs, gate_rows_dense
 
 __all__ = ["gated_rms_norm"]
 
@@ -23,7 +23,7 @@ MAX_DV = 4096
 
 @triton.jit
 def _gated_rmsnorm_kernel(
-    x_ptr, z_ptr, w_ptr, out_ptr, n_rows, Dv, eps,
+    x_ptr, z_ptr, w_ptr, out_ptr, n_rows, Dv, H, stride_zt, eps,
     BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):
     light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
@@ -31,9 +31,11 @@ def _gated_rmsnorm_kernel(
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < Dv)
     offs = rows[:, None] * Dv + cols[None, :]
+    # z: row r is head r % H of token r // H, tokens stride_zt apart (H * Dv when z is contiguous)
+    z_offs = ((rows // H) * stride_zt + (rows % H) * Dv)[:, None] + cols[None, :]
     # LOADS_FIRST (kernels/_loads_first.py): z and w in flight before the reduction waits for x
     x = tl.load(x_ptr + offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
-    z = tl.load(z_ptr + offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
+    z = tl.load(z_ptr + z_offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < Dv, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / Dv + eps)
     act = out_ptr.dtype.element_ty
@@ -46,8 +48,8 @@ def _gated_rmsnorm_kernel(
 def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """out = (w · rmsnorm(x).to(dtype)) · silu(z), rows of length Dv; see the module docstring.
 
-    x, z [..., Dv] (e.g. [T, Hv, Dv]) contiguous; weight [Dv]. Returns a new tensor like x.
-    Mutates nothing. Raises KernelInputError subclasses.
+    x, z [..., Dv] (e.g. [T, Hv, Dv]; z may be token-strided: `reference.check_gated_inputs`); weight [Dv].
+    Returns a new contiguous tensor like x. Mutates nothing. Raises KernelInputError subclasses.
     """
     check_gated_inputs(x, z, weight, eps)
     check_same_device(x=x, z=z, weight=weight)
@@ -59,8 +61,9 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     if n_rows > 0:
         block = triton.next_power_of_2(Dv)
         rows = max(1, min(16, 2048 // block))
+        heads, stride_zt = (z.shape[1], z.stride(0)) if gate_rows_dense(z) else (1, Dv)
         _gated_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
-            x, z, weight, out, n_rows, Dv, float(eps), BLOCK_D=block, ROWS=rows, **light_kwargs(),
+            x, z, weight, out, n_rows, Dv, heads, stride_zt, float(eps), BLOCK_D=block, ROWS=rows, **light_kwargs(),
             LOADS_FIRST=loads_first(n_rows), num_warps=4,
         )
     return out

@@ -99,6 +99,11 @@ V2_PREP = "product"
 # the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
 # inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
 INV_PRECISION = "tf32x3"
+# Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
+# an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
+# spill, two CTAs per SM (66 KB shared each). Neither is timed yet: bench/kernels_recurrent.py --only gdn times
+# "productprep,w4" beside the default.
+PRODUCT_PREP_WARPS = 8
 
 
 def chunk_version() -> str:
@@ -194,16 +199,16 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
-    prep, extra = _chunk_prep_kernel, {}
+    prep, extra, warps = _chunk_prep_kernel, {}, 8
     if kind == "blocked":
         prep = _chunk_prep_blocked_kernel
     elif kind == "product":
-        prep, extra = _chunk_prep_product_kernel, dict(INV_PRECISION=INV_PRECISION, SUB=SUB)
+        prep, extra, warps = _chunk_prep_product_kernel, dict(INV_PRECISION=INV_PRECISION, SUB=SUB), PRODUCT_PREP_WARPS
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
-        num_warps=8, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
+        num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
     if version == "v2":
         _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv)

@@ -144,9 +144,11 @@ class Qwen35Engine(SlotEngine):
             stop = min(end, pos + chunk)
             ids = ids_all[pos - start : stop - start]
             bucket = self.options.suffix_bucket
-            # checkpoints strictly inside the piece come from the forward's snapshots (its end is saved below)
+            # checkpoints strictly inside the piece come from the forward's snapshots (its end is saved below); the
+            # captured suffix step takes none: a turn's last <= bucket tokens that cross a multiple of
+            # checkpoint_every keep the step's speed and lose that one checkpoint (the end's is saved)
             inside = list(range((pos // every + 1) * every, stop, every))
-            if (self._buckets and probe is None and not inside and stop == end and stop - pos <= bucket
+            if (self._buckets and probe is None and stop == end and stop - pos <= bucket
                     and pos + bucket <= self.options.capacity):
                 self._bucket_ids[: stop - pos].copy_(ids)
                 self._bucket_start.fill_(pos)

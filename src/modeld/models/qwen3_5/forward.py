@@ -4,8 +4,8 @@ sequence) and decode (one token for each of B sequences). Rows N = T (prefill) o
 Per layer (MODEL-qwen3_5.md):  h += mixer(norm_in(h));  h += mlp(norm_post(h))
 The residual add of each sublayer is fused into the next norm (`add_rms_norm`), so the hidden
 state h is rounded to bf16 exactly where HF rounds it. Every op goes through `ks.<op>`; the only
-tensor code here is views/reshapes into the projection outputs, the one `.contiguous()` for the
-GDN gate z (a column slice; the gated norm reads rows densely) and the final residual add.
+tensor code here is views/reshapes into the projection outputs (the gated norm reads the GDN gate z in place, a
+column slice) and the final residual add.
 
 Padded prefill (StepContext `valid` / `pad_rows`: the engine's captured suffix bucket): the pad rows' b and a
 are set to -inf, so beta = 0 and g = 0 and the GDN recurrence skips them exactly; the conv state is put back to
@@ -108,7 +108,7 @@ class Qwen35Forward:
         proj = self.lin[f"L{i}.gdn.in_proj"](x)  # [N, C + Hv*Dv]
         ba = self.lin[f"L{i}.gdn.ba"](x)  # [N, 2*Hv]
         mixed = proj[:, :C]
-        z = proj[:, C:].contiguous().view(N, Hv, c.lin_v_dim)
+        z = proj[:, C:].view(N, Hv, c.lin_v_dim)  # read in place by the gated norm (token stride C + Hv*Dv)
         if ctx.pad_rows is not None:  # padded bucket: b = a = -inf gives the pad rows beta = 0 and g = 0, no update
             ba = ba.masked_fill(ctx.pad_rows[:, None], float("-inf"))
         b, a = ba[:, :Hv], ba[:, Hv:]
