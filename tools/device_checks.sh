@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The H200 checks of the kernel and engine candidates against the defaults (session 21 flipped the winners), one device call per step
+# The H200 checks of the kernel and engine candidates against the defaults (session 21 flipped the winners), one
+# device call per step
 # (each fits the tool's 600 s limit). Run from the repo root on the device machine, with .whl/ (tools/device_wheels.sh)
 # and .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #

@@ -337,10 +337,13 @@ def test_prefill_bad_chunk_version_raises(gen, device, monkeypatch):
         tt.gdn_prefill(*args, state)
 
 
+CHUNK_VERSION_GPU_IDS = [f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("version", tt.CHUNK_VERSIONS)
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+                         ids=CHUNK_VERSION_GPU_IDS)
 def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, version)
     _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
@@ -349,7 +352,7 @@ def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypat
 @pytest.mark.gpu
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+                         ids=CHUNK_VERSION_GPU_IDS)
 def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
@@ -358,7 +361,7 @@ def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=[f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)])
+                         ids=CHUNK_VERSION_GPU_IDS)
 def test_gpu_product_prep_at_4_warps(case, decay, gen, device, monkeypatch):
     """The product prep as bench/kernels_recurrent.py times it with 4 warps (two CTAs per SM)."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
@@ -376,7 +379,8 @@ def test_gpu_product_prep_at_4_warps(case, decay, gen, device, monkeypatch):
 def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypatch, request):
     """The product prep's series in tf32x3 holds the tf32 row where plain tf32 would not (27B heads). v1's 63-step
     substitution prep misses the state's tf32 row there by ~2x on the H200 (session 21: 181 of 786432 elements,
-    max |err| 0.0105 at atol 0.005); it serves no default path (findings/gdn-v1-prep-misses-tf32-row-correlated-keys.md).
+    max |err| 0.0105 at atol 0.005); it serves no default path
+    (findings/gdn-v1-prep-misses-tf32-row-correlated-keys.md).
     """
     if prep == "substitution" and case[1] == 16:
         request.applymarker(pytest.mark.xfail(strict=True, reason="v1 prep: ~2x the tf32 state row (H200 s21)"))

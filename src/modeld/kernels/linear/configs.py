@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "mid_swap_tile", "MID_M", "MID_M_ENV", "MID_M_POLICIES", "MID_MAX_M", "CHUNK_M", "m_bucket",
+__all__ = ["TileConfig", "TUNED", "pick", "mid_m", "mid_tile", "mid_swap_tile", "MID_M", "MID_M_ENV", "MID_M_POLICIES",
+           "MID_MAX_M", "CHUNK_M", "m_bucket",
            "SUFFIX_MIN_M", "SUFFIX_MAX_M",
            "INTERPRETER_CONFIGS", "GemvConfig", "GEMV_TUNED", "pick_gemv", "GEMV_INTERPRETER"]
 
