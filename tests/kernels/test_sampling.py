@@ -159,6 +159,8 @@ def test_top_k_path_distribution(impl, gen, device):
     support = probs > 0
     chi2 = ((counts[support] - probs[support] * N) ** 2 / (probs[support] * N)).sum()
     df = int(support.sum()) - 1
+    if df == 0:  # one token holds > top_p of the mass (a fresh seed can draw such a row): the check above is the test
+        return
     p_value = float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64), chi2 / 2))
     assert p_value > P_VALUE_FLOOR, f"chi2={chi2:.1f} df={df}: counts {counts.tolist()}"
 
