@@ -28,7 +28,8 @@ case "$step" in
     xdist=() linear=(-k "swap or tma or suffix or gemm")
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 6) linear=()
     timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
-      tests/kernels/test_attention.py tests/kernels/test_gdn.py tests/engine/test_engine_triton_binding.py \
+      tests/kernels/test_attention.py tests/kernels/test_gdn.py tests/kernels/test_gated_rmsnorm.py \
+      tests/engine/test_engine_triton_binding.py \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | tail -15
     timeout 230 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" tests/kernels/test_linear.py \
       "${linear[@]}" --junitxml="$OUT/$step/pytest-linear.xml" 2>&1 | tail -15
