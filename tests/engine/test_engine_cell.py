@@ -240,6 +240,21 @@ def test_factory_builds_from_a_cell_spec(mspec_file):
     assert len(run(s, SamplingParams(max_tokens=2))[0]) >= 1
 
 
+def test_warm_up_compiles_short_prefills_both_ways(ckpt_dir, monkeypatch):
+    """With the padded suffix step on, warm_up runs each short length through the step and eagerly (the eager
+    kernels serve a last piece near the capacity), then puts the options back."""
+    c = Qwen35Cell(ckpt_dir("tiny"), model_id="synthetic/qwen3_5-tiny-L4-seed0", weights_id=WID, device="cpu",
+                   n_ctx=256, options=EngineOptions(suffix_bucket=128, checkpoint_every=64, prefill_chunk=256))
+    options, padded, eager = c.engine.options, [], []
+    real = c.engine.forward
+    monkeypatch.setattr(c.engine, "forward", lambda ids, ctx, **k: (
+        (padded if ctx.valid is not None else eager).append(int(ctx.valid or ids.shape[0])) or real(ids, ctx, **k)))
+    c.warm_up()
+    assert sorted(padded) == [1, 5, 16, 33, 80, 80, 100]  # the default lengths, 80 + 1 over a prefix
+    assert {5, 16, 33, 80, 100, 1, 249} <= set(eager)  # the same eagerly, and one piece of chunk - 7 tokens
+    assert c.engine.options is options and c.engine.lengths[0] == 0
+
+
 def test_warm_up_leaves_the_cell_as_fresh(cell):
     """warm_up (run at load on CUDA to move Triton's JIT out of the first TTFT) leaves slot 0 empty:
     a session afterwards decodes exactly what it decodes without it."""

@@ -12,6 +12,7 @@ The cell subclass sets `engine`, `artifact`, `tokenizer`, `config` (with `vocab`
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -61,7 +62,8 @@ class SlotEngineCell(Cell):
         divisible by 16 and one it does not (80 also crosses a 64-token GDN chunk; its attention takes the split-KV tile,
         and one more token on top of it the split-KV few-rows tile), plus one full prefill chunk and
         one just short of it (large-M kernels: int4/fp8 weights dequantised once per call from
-        ~1024 rows, kernels/linear), one decode step, greedy and filtered sampling — so Triton
+        ~1024 rows, kernels/linear), one decode step, greedy and filtered sampling — short lengths both through
+        the captured suffix step and eagerly when the engine has one — so Triton
         compiles at load instead of inside the first user's TTFT (9.3 s for the 27B on the H200:
         KNOWLEDGE/findings/qwen3_5-27b-served-on-the-h200.md). Lengths that do not fit the context
         are skipped. Call before any session exists: mutates slot 0 and leaves it empty. Returns
@@ -70,14 +72,23 @@ class SlotEngineCell(Cell):
         with self.lock:
             eng, tok = self.engine, min(11, self.config.vocab - 1)
             chunk = getattr(eng.options, "prefill_chunk", 0)
-            for n in tuple(lengths) + ((chunk, chunk - 7) if chunk > max(lengths, default=0) else ()):
-                if n + 2 <= self._n_ctx:
-                    eng.reset_slot(0)
-                    eng.prefill(0, [tok] * n)
-            if 80 + 3 <= self._n_ctx:  # one token over a cached prefix: kernels/attention's few-rows split tile
-                eng.reset_slot(0)
-                eng.prefill(0, [tok] * 80)
-                eng.prefill(0, [tok])
+            options = eng.options
+            # with a captured suffix step (qwen3_5 on CUDA) short prefills replay it; the eager kernels of the same
+            # lengths still serve a last piece near the capacity, so warm both
+            runs = [options] + ([dataclasses.replace(options, suffix_bucket=0)]
+                                if getattr(options, "suffix_bucket", 0) else [])
+            try:
+                for eng.options in runs:
+                    for n in tuple(lengths) + ((chunk, chunk - 7) if chunk > max(lengths, default=0) else ()):
+                        if n + 2 <= self._n_ctx and (eng.options is options or n <= options.suffix_bucket):
+                            eng.reset_slot(0)
+                            eng.prefill(0, [tok] * n)
+                    if 80 + 3 <= self._n_ctx:  # one token over a cached prefix: attention's few-rows split tile
+                        eng.reset_slot(0)
+                        eng.prefill(0, [tok] * 80)
+                        eng.prefill(0, [tok])
+            finally:
+                eng.options = options
             eng.decode([tok])
             for temperature, top_k, top_p in ((0.0, 0, 1.0), (0.8, 40, 0.95)):
                 self.sampler.configure(0, temperature=temperature, top_k=top_k, top_p=top_p, seed=0)
