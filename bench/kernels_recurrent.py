@@ -269,17 +269,17 @@ def bench_gdn(reps):
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 finally:
                     os.environ.pop(tt.PREP_ENV)
-            import modeld.kernels.gdn.triton as gt
-
-            saved_warps, gt.PRODUCT_PREP_WARPS = gt.PRODUCT_PREP_WARPS, 4  # two CTAs per SM (no spill) against one
+            saved_warps, tt.PRODUCT_PREP_WARPS = tt.PRODUCT_PREP_WARPS, 4  # two CTAs per SM (no spill) against one
             os.environ[tt.PREP_ENV] = "product"
             try:
                 case("gdn_prefill(chunked,v2,productprep,w4)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
                      lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
             finally:
-                gt.PRODUCT_PREP_WARPS = saved_warps
+                tt.PRODUCT_PREP_WARPS = saved_warps
                 os.environ.pop(tt.PREP_ENV)
             if T == 4096:
+                import modeld.kernels.gdn.triton as gt
+
                 default = gt.V2_OUTPUT_TILE
                 for tile in ((32, 4), (64, 8), (128, 8)):  # output-pass alternatives to re-pick the tile from
                     gt.V2_OUTPUT_TILE = tile

@@ -78,9 +78,10 @@ class SlotEngineCell(Cell):
             runs = [options] + ([dataclasses.replace(options, suffix_bucket=0)]
                                 if getattr(options, "suffix_bucket", 0) else [])
             try:
-                for eng.options in runs:
+                for run in runs:
+                    eng.options = run
                     for n in tuple(lengths) + ((chunk, chunk - 7) if chunk > max(lengths, default=0) else ()):
-                        if n + 2 <= self._n_ctx and (eng.options is options or n <= options.suffix_bucket):
+                        if n + 2 <= self._n_ctx and (run is options or n <= options.suffix_bucket):
                             eng.reset_slot(0)
                             eng.prefill(0, [tok] * n)
                     if 80 + 3 <= self._n_ctx:  # one token over a cached prefix: attention's few-rows split tile

@@ -7,6 +7,14 @@ import triton.language as tl
 
 
 @triton.jit
+def _accumulate_pv(p, vt, acc, DOT_F32: tl.constexpr):
+    """acc + p @ vt: the probabilities [rows, BN] (bf16 on tensor cores, fp32 in the interpreter) times V [BN, Dh]."""
+    if DOT_F32:
+        return tl.dot(p, vt.to(tl.float32), acc)
+    return tl.dot(p.to(tl.bfloat16), vt, acc)
+
+
+@triton.jit
 def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m_i, l_i, acc,
                       BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr):
     """Online softmax (exp2 domain) of the query rows q [BLOCK_H, Dh] over cache rows lo..hi-1 of one
@@ -27,10 +35,7 @@ def attend_cache_rows(q, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_scale, m
         l_i = l_i * alpha + tl.sum(p, axis=1)
         vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :],
                      mask=n_ok[:, None], other=0.0)  # [BN, Dh]
-        if DOT_F32:
-            acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+        acc = _accumulate_pv(p, vt, acc * alpha[:, None], DOT_F32)
         m_i = m_new
     return m_i, l_i, acc
 
@@ -79,15 +84,9 @@ def attend_causal_rows(q, q_pos, kc_ptr, vc_ptr, base, lo, hi, stride_cs, d, qk_
         else:
             vt = tl.load(vc_ptr + base + offs_n[:, None].to(tl.int64) * stride_cs + d[None, :])
         if LAZY:
-            if DOT_F32:
-                acc = tl.dot(p, vt.to(tl.float32), acc)
-            else:
-                acc = tl.dot(p.to(tl.bfloat16), vt, acc)
+            acc = _accumulate_pv(p, vt, acc, DOT_F32)  # acc was rescaled above when the max moved
         else:
-            if DOT_F32:
-                acc = tl.dot(p, vt.to(tl.float32), acc * alpha[:, None])
-            else:
-                acc = tl.dot(p.to(tl.bfloat16), vt, acc * alpha[:, None])
+            acc = _accumulate_pv(p, vt, acc * alpha[:, None], DOT_F32)
             m_i = m_new
     return m_i, l_i, acc
 
