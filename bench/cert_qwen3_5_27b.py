@@ -9,7 +9,8 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   hf_load     build HF on the device and stream the synth weights into it
   hf_control  per prompt: HF greedy with its cache (decode p50/p90, determinism vs the committed
               fixture), one teacher-forced forward without cache over prompt + forced tokens (the
-              reference logits of every comparison); TTFT 128 (+ a probe length for the 8k estimate)
+              reference logits of every comparison; also over the flip set and the long set);
+              TTFT 128 (+ a probe length for the 8k estimate)
   engine_bf16 engine from HF's params (Triton, CUDA graph): teacher-forced logits vs HF's at every
               position (exact argmax, near-tie rule, max |Δ| over HF top-k, full-vocab max/mean)
               and vs the fixture; its "other" flips on the flip set (the rung-6 argmax scale); decode p50/p90 at context 128, replay-only, fraction of roofline;
@@ -17,6 +18,11 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   engine_fp8, engine_int4
               quantized with the converter's own functions from HF's params on the GPU; same speed
               numbers; quality vs HF bf16 (top-1 agreement, mean KL(HF bf16 ‖ engine))
+  engine_fp8+w8a8
+              only when --profiles names it: the fp8 engine with its prefill GEMMs (M >= W8A8_MIN_M)
+              on fp8 tensor cores (activations quantised per token, linear/w8a8.py; the switch
+              MODELD_FP8_PREFILL=w8a8 sets, held for this stage only); its own rung 6 below. No record
+              is written for it: it is the evidence for flipping the fp8 cell's prefill, not a cell
   rung6_fp8, rung6_int4
               HF with every quantized linear replaced by bf16(dequant(quant(W))) (originals backed
               up to host RAM, restored afterwards, proven by checksum) vs the engine's logits:
@@ -28,6 +34,12 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   profile     optional: torch.profiler top kernels of bf16 decode (graph replays, one eager step)
               and one long prefill
 
+The long set (--long-cases seeded random prompts of --long-prompt-len tokens, then --long-tokens forced
+tokens): the fixture and the flip set are short (their prefill runs below the GEMM routes a long prompt
+takes: the whole-weight dequant at M >= 512, w8a8), so these cases put every prefill route under rung 6.
+Their prompt is one prefill call; the forced tokens are decode steps that read the KV cache and GDN state
+the long prefill left (positions: the last prompt position + every forced one).
+
 Gates (decided before any GPU number was seen; see bench/cert_rung6.py): bf16 greedy parity vs HF passes
 when every argmax disagreement on the fixture positions is a near-tie; fp8/int4 kernel parity passes
 when max and mean |Δlogit| vs the dequantized reference are each within RUNG6_FACTOR x the bf16
@@ -35,7 +47,8 @@ engine's own |Δlogit| vs HF in this run, and its "other" argmax disagreements o
 set (--flip-cases seeded random prompts, teacher-forced) are at most RUNG6_FACTOR x max(1, the bf16
 engine's own count vs HF on the same positions) — ARGMAX_RULE (session 6; before, one such flip in
 the 96 fixture positions failed the gate, which measured ~0.3 % of positions for every profile made
-a lottery). Quality vs bf16 is reported, not gated (random synthetic weights have no outlier
+a lottery). Since session 22 the same three limits also apply, separately, on the long set against the
+bf16 engine's own numbers there (LONG_RULE). Quality vs bf16 is reported, not gated (random synthetic weights have no outlier
 structure to preserve).
 
 Writes $OUT/cert_qwen3_5_27b.json after every stage and, at the end, one certification record per
@@ -50,6 +63,7 @@ profile ($OUT/cert-engine-qwen3_5-<config>-synthetic-<profile>.json). Exit 0 unl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -61,6 +75,29 @@ import _qwen_common as C  # noqa: E402
 from cert_rung6 import RUNG6_FACTOR, rung6_stage  # noqa: E402, F401  (the rung-6 gate and its stage)
 
 PROFILES = ("bf16", "fp8", "int4")
+# a variant runs a profile's engine with one kernel route switched for its stage: name -> (profile, FP8_PREFILL)
+VARIANTS = {"fp8+w8a8": ("fp8", "w8a8")}
+
+
+def base_profile(name: str) -> str:
+    """The weights profile a --profiles entry runs on ("fp8+w8a8" -> "fp8")."""
+    return VARIANTS.get(name, (name, None))[0]
+
+
+@contextlib.contextmanager
+def prefill_route(name: str):
+    """Hold the variant's fp8 prefill route (linear.triton reads FP8_PREFILL at every launch) for one stage."""
+    mode = VARIANTS.get(name, (name, None))[1]
+    if mode is None:
+        yield
+        return
+    from modeld.kernels.linear import triton as lt
+
+    saved, lt.FP8_PREFILL = lt.FP8_PREFILL, mode
+    try:
+        yield
+    finally:
+        lt.FP8_PREFILL = saved
 
 
 def parse(argv):
@@ -74,6 +111,11 @@ def parse(argv):
     ap.add_argument("--flip-tokens", type=int, default=48, help="forced tokens per flip-set prompt (default 48)")
     ap.add_argument("--flip-prompt-len", type=int, default=24, help="tokens per flip-set prompt (default 24)")
     ap.add_argument("--flip-seed", type=int, default=20261130, help="seed of the flip set's ids")
+    ap.add_argument("--long-cases", type=int, default=4,
+                    help="seeded random prompts of the long set (rung 6 at the long-prompt GEMM routes; 0: none)")
+    ap.add_argument("--long-prompt-len", type=int, default=2048, help="tokens per long-set prompt (default 2048)")
+    ap.add_argument("--long-tokens", type=int, default=32, help="forced tokens per long-set prompt (default 32)")
+    ap.add_argument("--long-seed", type=int, default=20261201, help="seed of the long set's ids")
     ap.add_argument("--steps", type=int, default=96, help="engine decode steps timed (default 96)")
     ap.add_argument("--ttft", default="128,8192", help="TTFT prompt lengths (default 128,8192)")
     ap.add_argument("--hf-probe", type=int, default=1024, help="HF prefill length measured to predict its long TTFT")
@@ -85,7 +127,9 @@ def parse(argv):
                     "(every case in every slot, slot 0 compared) against the one-slot engine and HF, and its decode "
                     "speed: the batched decode kernels (M = slots); 1 or 0 skips it (default 8; recorded, not gated)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget; optional stages are skipped past it")
-    ap.add_argument("--profiles", default="bf16,fp8,int4", help="engine profiles (bf16 first: it sets the gate scale)")
+    ap.add_argument("--profiles", default="bf16,fp8,int4",
+                    help="engine profiles (bf16 first: it sets the gate scale); also fp8+w8a8 (the fp8 engine with "
+                         "w8a8 prefill GEMMs)")
     ap.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler stage")
     ap.add_argument("--ttft-chunks", default="2048,4096",
                     help="prefill_chunk values timed at the longest TTFT length per engine, beside the default "
@@ -149,6 +193,12 @@ def hf_control(R, st):
         st.ref_flip = [x.to("cpu") for x in C.hf_tf_logits(st.model, st.flip, st.dev)]
         res["flip_set"] = {"cases": len(st.flip), "positions": sum(len(t) for _, t in st.flip),
                            "teacher_forced_forward_s": time.perf_counter() - t0}
+    if st.long:   # the long set's reference, on the host until compared
+        t0 = time.perf_counter()
+        st.ref_long = [x.to("cpu") for x in C.hf_tf_logits(st.model, st.long, st.dev)]
+        res["long_set"] = {"cases": len(st.long), "prompt_tokens": len(st.long[0][0]),
+                           "positions": sum(len(t) for _, t in st.long),
+                           "teacher_forced_forward_s": time.perf_counter() - t0}
     # HF's own no-cache forward vs its cached greedy run: the control's chunked-vs-recurrent noise
     res["tf_forward_vs_cached_greedy"] = merge([compare_fixture(lg, r["steps"], r["tokens"], a.tie)
                                                 for lg, r in zip(st.ref, runs)]) if not fx or all(same) else None
@@ -174,10 +224,16 @@ def hf_control(R, st):
 
 
 def engine_stage(R, st, profile: str):
+    with prefill_route(profile):
+        return _engine_stage(R, st, profile)
+
+
+def _engine_stage(R, st, profile: str):
     from modeld.qualify.logit_compare import compare_fixture, compare_logits, merge, quality
 
     a = R.args
-    eng, load_s = C.engine_from_hf(st, profile, a.seed, a.workers)
+    variant = profile in VARIANTS
+    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers)
     res: dict = {"profile": profile, "load": {
         "seconds": load_s, "profile": eng.weights.profile_summary(), "weights_bytes": eng.weights.nbytes,
         "state_bytes": eng.state.nbytes, "graph_captured": eng.graph.captured, "graph_error": eng.graph_error,
@@ -191,6 +247,11 @@ def engine_stage(R, st, profile: str):
         t0 = time.perf_counter()
         flip = [x.to("cpu") for x in C.engine_tf_logits(eng, st.flip)]
         res["flip_set_teacher_forced_s"] = time.perf_counter() - t0
+    long = None
+    if st.long:
+        t0 = time.perf_counter()
+        long = [x.to("cpu") for x in C.engine_tf_logits(eng, st.long)]
+        res["long_set_teacher_forced_s"] = time.perf_counter() - t0
     if st.forced_steps:
         res["vs_fixture"] = merge([compare_fixture(e, s, t, a.tie)
                                    for e, s, (_, t) in zip(logits, st.forced_steps, st.forced)])
@@ -202,7 +263,7 @@ def engine_stage(R, st, profile: str):
               "speedup_vs_hf": hf["p50_s"] / d["p50_s"] if hf else None})
     res["decode"] = d
     res["ttft"] = C.engine_bench.ttft(eng, st.ttft_lengths)
-    if a.ttft_chunks and R.elapsed() < a.budget_s * 0.6:
+    if a.ttft_chunks and not variant and R.elapsed() < a.budget_s * 0.6:
         res["ttft_by_chunk"] = C.engine_bench.ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
     if profile == "bf16":
         st.noise = res["vs_hf"]
@@ -212,15 +273,21 @@ def engine_stage(R, st, profile: str):
             res["flip_vs_hf"] = C.other_flips(flip, st.ref_flip, a.top_k, a.tie, st.dev)
             st.noise_other = {k: st.noise_other[k] + res["flip_vs_hf"][f] for k, f in
                               (("positions", "positions"), ("other", "other_disagreements"))}
+        if long is not None:   # the long set's own noise scale (LONG_RULE)
+            res["long_vs_hf"] = st.noise_long = C.other_flips(long, st.ref_long, a.top_k, a.tie, st.dev)
         res["gate"] = {"name": "greedy parity vs HF (near-tie rule)", "pass": res["vs_hf"]["pass"]
                        and res.get("vs_fixture", {"pass": True})["pass"]}
     else:
         res["quality_vs_bf16"] = merge([quality(r, e) for e, r in zip(logits, st.ref)])
         st.quant_logits[profile] = [x.to("cpu") for x in logits]
         st.quant_flip[profile] = flip
-    del eng, flip
+        if long is not None:
+            res["long_quality_vs_bf16"] = merge([quality(r.to(st.dev), e.to(st.dev)) for e, r in zip(long, st.ref_long)])
+            res["long_quality_vs_bf16"].pop("cases")
+            st.quant_long[profile] = long
+    del eng, flip, long
     C.release()
-    if a.batch_slots > 1 and R.elapsed() < a.budget_s * 0.7:
+    if a.batch_slots > 1 and not variant and R.elapsed() < a.budget_s * 0.7:
         res["batch"] = batch_stage(R, st, profile, logits)
     del logits
     C.release()
@@ -233,8 +300,19 @@ def engine_stage(R, st, profile: str):
                       f"(+{vs['near_tie_disagreements']} ties, {vs['other_disagreements']} other), "
                       f"max|Δ| top-k {vs['max_abs_topk']:.3f} full {vs['max_abs_full']:.3f}, decode "
                       f"{d['tok_per_s_p50']:.1f} tok/s ({d['fraction_of_roofline']:.3f} of roofline), TTFT {tt}"
-                      + (f"; {res['batch']['summary']}" if "batch" in res else ""))
+                      + (f"; {res['batch']['summary']}" if "batch" in res else "") + _long_summary(res))
     return res
+
+
+def _long_summary(res: dict) -> str:
+    if "long_vs_hf" in res:
+        v = res["long_vs_hf"]
+        return (f"; long set vs HF max|Δ| {v['max_abs_full']:.3f} mean {v['mean_abs_full']:.4f}, other "
+                f"{v['other_disagreements']}/{v['positions']}")
+    if "long_quality_vs_bf16" in res:
+        q = res["long_quality_vs_bf16"]
+        return f"; long set vs HF bf16 top-1 {q['top1_agreement']:.3f}, KL mean {q['kl_mean']:.4f}"
+    return ""
 
 
 def batch_stage(R, st, profile: str, one_slot_logits) -> dict:
@@ -244,7 +322,7 @@ def batch_stage(R, st, profile: str, one_slot_logits) -> dict:
     from modeld.qualify.logit_compare import compare_logits, merge
 
     a = R.args
-    eng, load_s = C.engine_from_hf(st, profile, a.seed, a.workers, a.batch_slots)
+    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers, a.batch_slots)
     logits = C.engine_tf_logits(eng, st.forced)
     out = {"slots": a.batch_slots, "load_s": load_s, "graph_captured": eng.graph.captured,
            "vs_one_slot": merge([compare_logits(e, r, a.top_k, a.tie) for e, r in zip(logits, one_slot_logits)]),
@@ -270,7 +348,7 @@ def weights_id_stage(R, st):
     path = R.args.expected_ids
     expected = json.load(open(path)) if path and os.path.exists(path) else {}
     res["expected_ids"] = os.path.relpath(path) if expected else None
-    for p in st.profiles:
+    for p in [p for p in st.profiles if p not in VARIANTS]:   # a variant has its profile's weights
         # estimate: the artifact's bytes hashed (and moved to the host) at ~3 GB/s
         est = R.doc["stages"].get(f"engine_{p}", {}).get("load", {}).get("weights_bytes", 0) / 3e9
         if R.left() < est + 30:
@@ -321,7 +399,7 @@ def finish(R, st) -> None:
         g = S.get("engine_bf16", {}).get("gate") if p == "bf16" else S.get(f"rung6_{p}", {}).get("gate")
         gates[p] = None if g is None else g["pass"]
     R.doc["gates"], R.doc["certs"] = gates, []
-    for p in st.profiles:
+    for p in [p for p in st.profiles if p not in VARIANTS]:   # a variant is evidence, not a cell
         rec = cert_record(R.doc, p, seed=R.args.seed)
         if rec is not None:
             name = f"cert-engine-qwen3_5-{R.args.config}-synthetic-{p}.json"
@@ -346,8 +424,8 @@ def main(argv=None) -> int:
 
     R = C.Run(args, argv, "cert_qwen3_5_27b", {"rung6_factor": RUNG6_FACTOR})
     st = types.SimpleNamespace(dev=torch.device(args.device), shape=preset(args.config, args.layers),
-                               swap=None, noise=None, noise_other=None, quant_logits={}, quant_flip={},
-                               hf_long_pred=None)
+                               swap=None, noise=None, noise_other=None, noise_long=None, quant_logits={},
+                               quant_flip={}, quant_long={}, ref_long=None, hf_long_pred=None)
     if st.dev.type != "cuda":
         C.cpu_shims()
     st.cfg = Qwen35Config.from_hf(hf_config(st.shape))
@@ -355,10 +433,14 @@ def main(argv=None) -> int:
     st.ttft_lengths = sorted({int(x) for x in args.ttft.split(",") if x})
     st.capacity = max(max(st.ttft_lengths) + 256, 512)
     st.profiles = [p for p in args.profiles.split(",") if p]
-    if any(p not in PROFILES for p in st.profiles) or (len(st.profiles) > 1 and st.profiles[0] != "bf16"):
-        raise SystemExit(f"--profiles: a subset of {PROFILES} starting with bf16, got {args.profiles}")
+    known = PROFILES + tuple(VARIANTS)
+    if (any(p not in known for p in st.profiles) or len(set(st.profiles)) != len(st.profiles)
+            or (len(st.profiles) > 1 and st.profiles[0] != "bf16")):
+        raise SystemExit(f"--profiles: distinct names of {known} starting with bf16, got {args.profiles}")
     st.quant_profiles = [p for p in st.profiles if p != "bf16"]
     st.flip = C.random_cases(args.flip_cases, args.flip_prompt_len, args.flip_tokens, st.shape.bos_id, args.flip_seed)
+    st.long = C.random_cases(args.long_cases, args.long_prompt_len, args.long_tokens, st.shape.bos_id, args.long_seed)
+    st.capacity = max(st.capacity, args.long_prompt_len + args.long_tokens + 64)
     R.doc.update({"versions": C.versions(st.dev), "model_id": st.model_id, "config": args.config,
                   "layers": st.shape.layers, "seed": args.seed})
     st.fixture = None

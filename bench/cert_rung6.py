@@ -27,20 +27,41 @@ RUNG6_RATIONALE = ("limit = 3 x the bf16 engine's own |Δlogit| vs HF in this ru
 # scale (the int4 engine vs HF bf16: 7 of 96 past the rule, ~7 %) and still fails.
 ARGMAX_RULE = ("other (non-near-tie) argmax disagreements on the fixture + flip-set positions <= RUNG6_FACTOR x "
                "max(1, the bf16 engine's own count vs HF on the same positions)")
+# Long-set rule (session 22, fixed before any long-set GPU number was seen): the fixture and the flip set are
+# short prompts, so their prefill never takes the routes of a long prompt (the whole-weight dequant GEMM at
+# M >= 512, fp8 w8a8). On the long set the quantized engine vs the dequantized HF must stay within the same
+# factor of the bf16 engine's own numbers vs HF on the same positions: max and mean |Δlogit| and the count of
+# "other" argmax flips.
+LONG_RULE = ("on the long set: max |Δ|, mean |Δ| <= RUNG6_FACTOR x the bf16 engine's vs HF there; other argmax "
+             "flips <= RUNG6_FACTOR x max(1, the bf16 engine's count there)")
+
+
+def long_gate(cmp: dict, noise: dict) -> dict:
+    """LONG_RULE: `cmp` (other_flips of the quantized engine vs the dequantized HF on the long set) against
+    `noise` (the bf16 engine vs HF there)."""
+    limits = {k: RUNG6_FACTOR * noise[k] for k in ("max_abs_full", "mean_abs_full")}
+    limits["other_flips"] = RUNG6_FACTOR * max(1, noise["other_disagreements"])
+    return {"rule": LONG_RULE, "positions": cmp["positions"], "bf16_positions": noise["positions"],
+            "bf16_noise": {k: noise[k] for k in ("max_abs_full", "mean_abs_full", "other_disagreements")},
+            "limits": limits, "pass": cmp["positions"] == noise["positions"]
+            and cmp["max_abs_full"] <= limits["max_abs_full"] and cmp["mean_abs_full"] <= limits["mean_abs_full"]
+            and cmp["other_disagreements"] <= limits["other_flips"]}
 
 
 def rung6_stage(R, st, profile: str):
     """Swap HF's quantized linears for bf16(dequant(quant(W))) (backing the originals up once), compare the
-    engine's teacher-forced logits of `profile` (kept by engine_stage) with HF's on the fixture and the flip
-    set, gate them, and restore HF unless this is the last profile and the budget is short."""
+    engine's teacher-forced logits of `profile` (kept by engine_stage) with HF's on the fixture, the flip set
+    and the long set, gate them, and restore HF unless this is the last profile and the budget is short.
+    `profile` may be a variant ("fp8+w8a8"): HF then takes its weights profile's dequantized weights."""
     from modeld.qualify.logit_compare import compare_logits, merge
 
     a, sw, res = R.args, st.swap, {"profile": profile}
+    weights = profile.split("+")[0]
     if sw.backup_cpu is None:
         t0 = time.perf_counter()
         res["backup"] = {"checksum": sw.backup(), "bytes": sw.nbytes, "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    res["swapped_tensors"] = sw.apply(profile)
+    res["swapped_tensors"] = sw.apply(weights)
     res["swap_s"] = time.perf_counter() - t0
     res["swapped_checksum"] = sw.checksum()
     deq = C.hf_tf_logits(st.model, st.forced, st.dev)
@@ -53,6 +74,10 @@ def rung6_stage(R, st, profile: str):
         res["flip_vs_dequantized_hf"] = C.other_flips(flip, C.hf_tf_logits(st.model, st.flip, st.dev), a.top_k, a.tie)
         other = {"positions": other["positions"] + res["flip_vs_dequantized_hf"]["positions"],
                  "other": other["other"] + res["flip_vs_dequantized_hf"]["other_disagreements"]}
+    long = st.quant_long.pop(profile, None)
+    if long is not None and st.noise_long is not None:
+        res["long_vs_dequantized_hf"] = C.other_flips(long, C.hf_tf_logits(st.model, st.long, st.dev), a.top_k, a.tie)
+        res["long_gate"] = long_gate(res["long_vs_dequantized_hf"], st.noise_long)
     n, no = st.noise, st.noise_other
     limits = {"max_abs_full": RUNG6_FACTOR * n["max_abs_full"], "mean_abs_full": RUNG6_FACTOR * n["mean_abs_full"],
               "other_flips": RUNG6_FACTOR * max(1, no["other"])}
@@ -62,8 +87,9 @@ def rung6_stage(R, st, profile: str):
     res["gate"] = {"name": "kernel parity vs dequantized reference", "factor": RUNG6_FACTOR, "why": RUNG6_RATIONALE,
                    "bf16_noise": {k: n[k] for k in ("max_abs_full", "mean_abs_full", "max_abs_topk")},
                    "limits": limits, "argmax_rule": argmax, "near_tie_rule_fixture": cmp["pass"],
+                   "long_prompt": res.get("long_gate"),
                    "pass": argmax["pass"] and cmp["max_abs_full"] <= limits["max_abs_full"]
-                   and cmp["mean_abs_full"] <= limits["mean_abs_full"]}
+                   and cmp["mean_abs_full"] <= limits["mean_abs_full"] and res.get("long_gate", {"pass": True})["pass"]}
     q = R.doc["stages"].get(f"engine_{profile}", {}).get("quality_vs_bf16")
     if q:
         res["kernel_error_over_quant_error"] = cmp["max_abs_full"] / max(q["max_abs_full"], 1e-9)
@@ -75,12 +101,20 @@ def rung6_stage(R, st, profile: str):
             sw.drop_backup()   # nothing swaps after the last profile: free the host copy (≈ 50 GB at 27B)
     else:
         res["restore"] = {"skipped": "last profile and the budget is short: HF stays on dequantized weights"}
-    del deq, eng, flip
+    del deq, eng, flip, long
     C.release()
     res["summary"] = (f"vs dequantized HF: max|Δ| {cmp['max_abs_full']:.3f} (limit {limits['max_abs_full']:.3f}), "
                       f"mean {cmp['mean_abs_full']:.4f} (limit {limits['mean_abs_full']:.4f}), argmax "
                       f"{cmp['argmax_agree']}/{cmp['positions']} +{cmp['near_tie_disagreements']} ties, other flips "
                       f"{other['other']}/{other['positions']} (bf16 {no['other']}/{no['positions']}, limit "
                       f"{limits['other_flips']:.0f}), "
-                      f"gate {'PASS' if res['gate']['pass'] else 'FAIL'}; restore {res['restore']}")
+                      + (_long_summary(res) if "long_gate" in res else "")
+                      + f"gate {'PASS' if res['gate']['pass'] else 'FAIL'}; restore {res['restore']}")
     return res
+
+
+def _long_summary(res: dict) -> str:
+    c, g = res["long_vs_dequantized_hf"], res["long_gate"]
+    return (f"long set max|Δ| {c['max_abs_full']:.3f} (limit {g['limits']['max_abs_full']:.3f}) mean "
+            f"{c['mean_abs_full']:.4f} (limit {g['limits']['mean_abs_full']:.4f}) other flips "
+            f"{c['other_disagreements']}/{c['positions']} (limit {g['limits']['other_flips']:.0f}), ")

@@ -269,10 +269,10 @@ def bench_gdn(reps):
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 finally:
                     os.environ.pop(tt.PREP_ENV)
-            saved_warps, tt.PRODUCT_PREP_WARPS = tt.PRODUCT_PREP_WARPS, 4  # two CTAs per SM (no spill) against one
+            saved_warps, tt.PRODUCT_PREP_WARPS = tt.PRODUCT_PREP_WARPS, 8  # one CTA per SM (spills) against two at 4
             os.environ[tt.PREP_ENV] = "product"
             try:
-                case("gdn_prefill(chunked,v2,productprep,w4)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                case("gdn_prefill(chunked,v2,productprep,w8)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
                      lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
             finally:
                 tt.PRODUCT_PREP_WARPS = saved_warps

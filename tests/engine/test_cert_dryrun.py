@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 STAGES = ("hf_load", "hf_control", "engine_bf16", "engine_fp8", "rung6_fp8", "engine_int4", "rung6_int4",
-          "weights_id", "profile")
+          "engine_fp8+w8a8", "rung6_fp8+w8a8", "weights_id", "profile")
 
 
 def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -55,6 +55,20 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
         assert am["bf16_other"] == bf16["other_disagreements"] + S["engine_bf16"]["flip_vs_hf"]["other_disagreements"]
         assert am["limit"] == 3.0 * max(1, am["bf16_other"]) and am["pass"] == (am["other"] <= am["limit"])
         assert len(flip["other_flips"]) == flip["other_disagreements"]
+        # the long set: its own gate against the bf16 engine's numbers on the same positions
+        lg, lc, ln = gate["long_prompt"], S[f"rung6_{p}"]["long_vs_dequantized_hf"], S["engine_bf16"]["long_vs_hf"]
+        assert lg == S[f"rung6_{p}"]["long_gate"] and lc["positions"] == ln["positions"] == 2 * 3
+        assert ln["positions"] == S["hf_control"]["long_set"]["positions"]
+        assert S["hf_control"]["long_set"]["prompt_tokens"] == 40
+        assert lg["limits"]["max_abs_full"] == pytest.approx(3.0 * ln["max_abs_full"])
+        assert lg["limits"]["other_flips"] == 3.0 * max(1, ln["other_disagreements"])
+        assert lg["pass"] == (lc["max_abs_full"] <= lg["limits"]["max_abs_full"]
+                              and lc["mean_abs_full"] <= lg["limits"]["mean_abs_full"]
+                              and lc["other_disagreements"] <= lg["limits"]["other_flips"])
+        vs = S[f"rung6_{p}"]["vs_dequantized_hf"]
+        assert gate["pass"] == (am["pass"] and lg["pass"] and vs["max_abs_full"] <= gate["limits"]["max_abs_full"]
+                                and vs["mean_abs_full"] <= gate["limits"]["mean_abs_full"])
+        assert 0.0 <= S[f"engine_{p}"]["long_quality_vs_bf16"]["top1_agreement"] <= 1.0
         assert S[f"rung6_{p}"]["restore"]["matches_backup"]
         assert S[f"rung6_{p}"]["restore"]["checksum"] == S["rung6_fp8"]["backup"]["checksum"]
         assert S[f"rung6_{p}"]["swapped_checksum"] != S["rung6_fp8"]["backup"]["checksum"]
@@ -62,8 +76,15 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
         assert 0.0 <= q["top1_agreement"] <= 1.0 and q["kl_mean"] > 0.0
         # the kernels' arithmetic is far below the quantization error (rung 6 is not a quality test)
         assert S[f"rung6_{p}"]["vs_dequantized_hf"]["max_abs_full"] < q["max_abs_full"]
-    assert set(doc["gates"]) == {"hf_greedy_equals_fixture", "bf16", "fp8", "int4"}
-    assert all(isinstance(doc["gates"][p], bool) for p in ("bf16", "fp8", "int4"))
+    # the variant: the fp8 engine again (the reference kernels ignore the fp8 prefill route, so its logits equal
+    # fp8's on CPU), gated by its own rung 6 on the fp8 dequantized weights, no batch / by-chunk extras
+    v = S["engine_fp8+w8a8"]
+    assert "batch" not in v and "ttft_by_chunk" not in v and v["load"]["profile"] == S["engine_fp8"]["load"]["profile"]
+    assert S["rung6_fp8+w8a8"]["swapped_checksum"] == S["rung6_fp8"]["swapped_checksum"]
+    assert S["rung6_fp8+w8a8"]["vs_dequantized_hf"]["max_abs_full"] == S["rung6_fp8"]["vs_dequantized_hf"]["max_abs_full"]
+    assert "fp8+w8a8" not in S.get("weights_id", {}).get("profiles", {})
+    assert set(doc["gates"]) == {"hf_greedy_equals_fixture", "bf16", "fp8", "int4", "fp8+w8a8"}
+    assert all(isinstance(doc["gates"][p], bool) for p in ("bf16", "fp8", "int4", "fp8+w8a8"))
     assert (doc["gates"]["hf_greedy_equals_fixture"] is not None) == fixture_used
     assert ("vs_fixture" in S["engine_bf16"]) == fixture_used
     if have_ids:
@@ -83,10 +104,12 @@ def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
         if have_ids:
             assert rec["weights"]["weights_id"] == doc["stages"]["weights_id"]["profiles"][p]["weights_id"]
         assert (rec["rung6"] is None) == (p == "bf16")
+    assert not list(out.glob("cert-engine-*w8a8*")) and len(doc["certs"]) == 3   # a variant writes no record
 
 
 DRY = ["--device", "cpu", "--config", "tiny", "--ttft", "16,32", "--hf-probe", "16", "--steps", "2",
-       "--workers", "2", "--flip-cases", "2", "--flip-tokens", "4", "--batch-slots", "3"]
+       "--workers", "2", "--flip-cases", "2", "--flip-tokens", "4", "--batch-slots", "3",
+       "--long-cases", "2", "--long-prompt-len", "40", "--long-tokens", "3"]
 
 
 def _tiny_fixture(model, shape, path: Path, new_tokens: int = 4, k: int = 10) -> None:
@@ -133,7 +156,7 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
                                         "tiny/int4": {"weights_id": "sha256:" + "0" * 64}}))
     out = tmp_path / "out"
     r = _run([str(BENCH / "cert_qwen3_5_27b.py"), "--out", str(out), "--fixture", str(fixture),
-              "--expected-ids", str(expected), *DRY], 240)
+              "--expected-ids", str(expected), "--profiles", "bf16,fp8,int4,fp8+w8a8", *DRY], 300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((out / "cert_qwen3_5_27b.json").read_text())
     _check_doc(doc, fixture_used=True, have_ids=have_ids)
@@ -152,8 +175,9 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
     assert "GATES" in r.stdout and r.stdout.count("SUMMARY ") >= len(STAGES) - (not have_ids)
 
 
-def test_cert_rejects_bad_profiles(tmp_path):
-    r = _run([str(BENCH / "cert_qwen3_5_27b.py"), "--out", str(tmp_path), "--profiles", "fp8,bf16", *DRY], 120)
+@pytest.mark.parametrize("profiles", ["fp8,bf16", "bf16,fp8,fp8", "bf16,int4+w8a8"])
+def test_cert_rejects_bad_profiles(tmp_path, profiles):
+    r = _run([str(BENCH / "cert_qwen3_5_27b.py"), "--out", str(tmp_path), "--profiles", profiles, *DRY], 120)
     assert r.returncode != 0 and "--profiles" in r.stderr + r.stdout
 
 

@@ -362,11 +362,12 @@ def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
                          ids=CHUNK_VERSION_GPU_IDS)
-def test_gpu_product_prep_at_4_warps(case, decay, gen, device, monkeypatch):
-    """The product prep as bench/kernels_recurrent.py times it with 4 warps (two CTAs per SM)."""
+def test_gpu_product_prep_at_8_warps(case, decay, gen, device, monkeypatch):
+    """The product prep at 8 warps (one CTA per SM, the default until session 22), as bench/kernels_recurrent.py
+    times it beside the 4-warp default."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, "product")
-    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", 4)
+    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", 8)
     _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
     if case == (500, 16, 48, 128, 128) and decay == "fast":
         _check_correlated(case, gen, device)

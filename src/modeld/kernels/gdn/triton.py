@@ -101,9 +101,9 @@ V2_PREP = "product"
 INV_PRECISION = "tf32x3"
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
 # an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
-# spill, two CTAs per SM (66 KB shared each). Neither is timed yet: bench/kernels_recurrent.py --only gdn times
-# "productprep,w4" beside the default.
-PRODUCT_PREP_WARPS = 8
+# spill, two CTAs per SM (66 KB shared each). H200 session 22: 4 warps 0.83x (v2 prefill at T 4096 1364 -> 1131 us,
+# T 8192 2682 -> 2211; optimizations/gdn-product-prep-four-warps.md); "productprep,w8" in bench/kernels_recurrent.py.
+PRODUCT_PREP_WARPS = 4
 
 
 def chunk_version() -> str:
