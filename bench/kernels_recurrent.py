@@ -32,6 +32,9 @@ sys.modules.setdefault("bench.kernels_recurrent", sys.modules[__name__])
 
 ROWS: list[dict] = []
 ENV: dict = {}
+# $MODELD_GDN_OUTPUT_LOOP values timed beside the default v2 prefill at T >= 4096 (chunks, BLOCK_V, warps, stages):
+# the two 230 KB pipelined tiles of the offline sm_90 compile, a longer walk, and an unpipelined one at BLOCK_V 128
+OUTPUT_LOOPS = ("4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1")
 
 
 def environment() -> dict:
@@ -277,6 +280,13 @@ def bench_gdn(reps):
             finally:
                 tt.PRODUCT_PREP_WARPS = saved_warps
                 os.environ.pop(tt.PREP_ENV)
+            for loop in (OUTPUT_LOOPS if T >= 4096 else ()):   # the output pass's chunk loop against the default
+                os.environ[tt.OUTPUT_LOOP_ENV] = loop
+                try:
+                    case(f"gdn_prefill(chunked,v2,outloop{loop.replace(',', '-')})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                finally:
+                    os.environ.pop(tt.OUTPUT_LOOP_ENV)
             if T == 4096:
                 import modeld.kernels.gdn.triton as gt
 
@@ -382,6 +392,9 @@ def aot_kernels():
          h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
          BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="tf32", **gdn_c),
          dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
+        ("gdn_v2_outloop", chunk2._chunk_output_loop_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
+         h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128, BLOCK_V=64,
+         CHUNK=64, PRECISION="tf32", **gdn_c), dict(num_warps=8, num_stages=2)),
         ("embedding", emb._embedding_kernel, dict(ids_ptr="*i64", table_ptr=bf, out_ptr=bf, V=i32, D=i32,
          BLOCK_D=1024), dict(num_warps=4)),
         ("sampling_draw", samp._draw_kernel, dict(logits_ptr=bf, temp_ptr=f32, thr_ptr=f32, seed_ptr="*i64",

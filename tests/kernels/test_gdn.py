@@ -286,6 +286,37 @@ def test_prefill_v2_variants_match_reference(prep, out_tile, gen, device, monkey
     _check("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
 
 
+@pytest.mark.parametrize("loop", ["1,64,4,1", "2:32:4:2", "3,128,8,2"], ids=["c1-out64", "c2-out32-s2", "c3-out128"])
+@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16)], ids=_ids([(70, 2, 6, 64, 100),
+                                                                                      (300, 1, 2, 32, 16)]))
+def test_prefill_v2_output_loop_matches_reference(case, loop, gen, device, monkeypatch):
+    """The output pass with a chunk loop ($MODELD_GDN_OUTPUT_LOOP): programs walking 1-3 chunks each; 300 tokens are
+    5 chunks (the last one partial), so with 2 or 3 chunks per program the programs walk unequal counts; Dv not a
+    power of 2."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    _check("gdn_prefill", case, gen, device, slow_decay=True)
+
+
+def test_output_loop_is_the_one_chunk_kernel_bit_for_bit(gen, device, monkeypatch):
+    """The loop kernel runs the same body per chunk: the same bits as the one-chunk kernel at the same tile."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    *args, state = _inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = []
+    for loop in ("0", "2,64,4,1"):
+        monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+        s = state.clone()
+        outs.append((tt.gdn_prefill(*args, s), s))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.parametrize("text", ["4,64", "0,64,4,2", "4,48,4,2", "4,64,2,2", "4,64,4,4", "x"])
+def test_output_loop_env_rejects_bad_values(text, monkeypatch):
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, text)
+    with pytest.raises(KernelValueError, match=tt.OUTPUT_LOOP_ENV):
+        tt.output_loop()
+
+
 def _correlated(args, gen, spread=0.05):
     """The inputs with keys close to one direction (k̂ᵢ·k̂ⱼ ≈ 1) and β ≈ 1: strictly lower L has entries near 1,
     so the powers in the product prep's series grow to ~1e3 (its tf32 failure mode) and (I + L)⁻¹ is far from I."""
@@ -356,6 +387,20 @@ def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypat
 def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
+
+OUTPUT_LOOPS_GPU = ["4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", OUTPUT_LOOPS_GPU)
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_output_loop(case, decay, loop, gen, device, monkeypatch):
+    """The output pass's chunk loop at the tiles bench/kernels_recurrent.py times (27B heads and awkward ones)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
     _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
 
 

@@ -71,18 +71,11 @@ def _chunk_state_kernel(
 
 
 @triton.jit
-def _chunk_output_kernel(
-    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr,
-    T, stride_qt, stride_kt, Hv, scale,
-    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
-):
-    """Writes o [T, Hv, DV] rows of chunk program_id(0), head program_id(1), V-block program_id(2)."""
-    n = tl.program_id(0)
-    hv = tl.program_id(1)
-    pid_v = tl.program_id(2)
+def _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v, T, n_chunks, stride_qt, stride_kt,
+                       Hv, scale, HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                       BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):
+    """O rows of chunk n, value head hv, V-block pid_v: (Q̂ e^γ) S_start + (Q̂K̂ᵀ ⊙ D) Vn."""
     hk = hv // HEAD_RATIO
-    n_chunks = (T + CHUNK - 1) // CHUNK
     dk = tl.arange(0, BLOCK_K)
     dv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     kmask = dk < DK
@@ -107,3 +100,36 @@ def _chunk_output_kernel(
         tl.dot(Q, tl.trans(K), input_precision=PRECISION) * decay, Vn, input_precision=PRECISION)
     tl.store(o_ptr + (ts[:, None].to(tl.int64) * Hv + hv) * DV + dv[None, :], round_to(O, o_ptr.dtype.element_ty),
              mask=tmask[:, None] & vmask[None, :])
+
+
+@triton.jit
+def _chunk_output_loop_kernel(
+    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr,
+    T, stride_qt, stride_kt, Hv, scale,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """`_chunk_output_kernel`'s rows with program_id(0) walking chunks program_id(0), + num_programs(0), ...:
+    fewer, longer programs whose chunk loop Triton can software-pipeline (num_stages > 1 prefetches the next
+    chunk's S and Vn while this one multiplies). The one-chunk kernel holds 147 KB of shared memory at
+    (64, 4), so one CTA per SM waits on every load (offline sm_90, session 22)."""
+    hv = tl.program_id(1)
+    pid_v = tl.program_id(2)
+    n_chunks = (T + CHUNK - 1) // CHUNK
+    for n in range(tl.program_id(0), n_chunks, tl.num_programs(0)):
+        _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v, T, n_chunks, stride_qt,
+                           stride_kt, Hv, scale, HEAD_RATIO, DK, DV, BLOCK_K, BLOCK_V, CHUNK, PRECISION)
+
+
+@triton.jit
+def _chunk_output_kernel(
+    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr,
+    T, stride_qt, stride_kt, Hv, scale,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Writes o [T, Hv, DV] rows of chunk program_id(0), head program_id(1), V-block program_id(2)."""
+    n_chunks = (T + CHUNK - 1) // CHUNK
+    _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, tl.program_id(0), tl.program_id(1),
+                       tl.program_id(2), T, n_chunks, stride_qt, stride_kt, Hv, scale, HEAD_RATIO, DK, DV, BLOCK_K,
+                       BLOCK_V, CHUNK, PRECISION)

@@ -29,7 +29,7 @@ from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
-from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_state_kernel
+from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
 from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs
 
@@ -86,6 +86,14 @@ assert CHUNK == 4 * SUB, "the blocked (I + L)⁻¹ of _chunk_prep_v2.py is writt
 V2_STATE_TILE = (32, 4)
 V2_STATE_STAGES = 2
 V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687, (64, 8) 1737, (32, 4) 1827
+# The output pass with a chunk loop (`_chunk_output_loop_kernel`): (chunks per program, BLOCK_V, num_warps,
+# num_stages), or None for one chunk per program. Offline sm_90 (27B heads, session 22): the one-chunk kernel holds
+# 147 KB of shared memory at (64, 4), so one 4-warp CTA per SM waits on every load; with a loop and 2 stages every
+# load becomes a cp.async of the next chunk (LDGSTS, no LDG left) in 230 KB at (64, 8) or (64, 4), no spill.
+# Not timed yet: $MODELD_GDN_OUTPUT_LOOP = "chunks,BLOCK_V,warps,stages" (or ':'-joined; read per call) switches it
+# on for an A/B.
+V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
+OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
@@ -135,6 +143,26 @@ def batch_tile() -> tuple[int, int]:
         raise KernelValueError(f"{BATCH_TILE_ENV}={text!r}: expected BLOCK_V,num_warps with BLOCK_V a power of two "
                                f"in 8..128 and num_warps 1, 2, 4 or 8")
     return block_v, warps
+
+
+def output_loop() -> tuple[int, int, int, int] | None:
+    """The output pass's chunk loop: $MODELD_GDN_OUTPUT_LOOP ("4,64,8,2" or "4:64:8:2", the form a comma-separated
+    bench spec can hold; "0" = off) if set, else V2_OUTPUT_LOOP.
+    Raises KernelValueError unless chunks ≥ 1, BLOCK_V a power of two in 16..128, num_warps 4 or 8, stages 1..3."""
+    text = os.environ.get(OUTPUT_LOOP_ENV)
+    if not text:
+        return V2_OUTPUT_LOOP
+    if text == "0":
+        return None
+    try:
+        chunks, block_v, warps, stages = (int(p) for p in text.replace(":", ",").split(","))
+    except ValueError:
+        chunks = block_v = warps = stages = 0
+    if chunks < 1 or block_v not in (16, 32, 64, 128) or warps not in (4, 8) or stages not in (1, 2, 3):
+        raise KernelValueError(f"{OUTPUT_LOOP_ENV}={text!r}: expected chunks,BLOCK_V,num_warps,num_stages with "
+                               f"chunks >= 1, BLOCK_V a power of two in 16..128, num_warps 4 or 8, stages 1..3 "
+                               f"(or 0 for the one-chunk kernel)")
+    return chunks, block_v, warps, stages
 
 
 def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
@@ -235,6 +263,14 @@ def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
     bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
     _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
         k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
+    loop = output_loop()
+    if loop is not None:   # program p walks chunks p, p + P, ... (P programs per head and V-block)
+        per_program, bv, warps, stages = loop
+        bv = min(bv, block_dv)
+        _chunk_output_loop_kernel[(triton.cdiv(n_chunks, per_program), Hv, triton.cdiv(Dv, bv))](
+            q, k, u, gam, h, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
+            BLOCK_V=bv, num_warps=warps, num_stages=stages, **common)
+        return
     bv, warps = min(V2_OUTPUT_TILE[0], block_dv), V2_OUTPUT_TILE[1]
     _chunk_output_kernel[(n_chunks, Hv, triton.cdiv(Dv, bv))](
         q, k, u, gam, h, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
