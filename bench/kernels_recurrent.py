@@ -297,7 +297,10 @@ def bench_gdn(reps):
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
                 gt.V2_OUTPUT_TILE = default
                 saved = gt.V2_STATE_TILE, gt.V2_STATE_STAGES
-                for tile, stages in (((16, 4), 2), ((16, 4), 3), ((32, 4), 2), ((16, 2), 2)):  # state pass
+                # state pass at 8 warps (sessions 20-21 timed (16, 4) s2 / s3, (32, 4) s2, (16, 2) s2: the default
+                # (32, 4) s2 won); offline sm_90 these hold no spill: (32, 8) s2 223 registers, (16, 8) s2 210,
+                # (32, 8) s3 234, (64, 8) s1 239 (findings/gdn-output-pass-one-cta-per-sm-offline.md's method)
+                for tile, stages in (((32, 8), 2), ((16, 8), 2), ((32, 8), 3), ((64, 8), 1)):
                     gt.V2_STATE_TILE, gt.V2_STATE_STAGES = tile, stages
                     case(f"gdn_prefill(chunked,v2,state{tile[0]}w{tile[1]}s{stages})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
                          lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
