@@ -35,6 +35,9 @@ ENV: dict = {}
 # $MODELD_GDN_OUTPUT_LOOP values timed beside the default v2 prefill at T >= 4096 (chunks, BLOCK_V, warps, stages):
 # the two 230 KB pipelined tiles of the offline sm_90 compile, a longer walk, and an unpipelined one at BLOCK_V 128
 OUTPUT_LOOPS = ("4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1")
+# (state tile, stages) timed with $MODELD_GDN_PASS_PRECISION=fp16: the default first; offline sm_90 fp16 state
+# passes take 218 registers at (32, 4) s2, 175 at (16, 4) s2, 150 at (16, 8) s2, no spill (half the HGMMAs of tf32)
+FP16_STATE_TILES = (((32, 4), 2), ((16, 4), 2), ((16, 8), 2))
 
 
 def environment() -> dict:
@@ -280,6 +283,25 @@ def bench_gdn(reps):
             finally:
                 tt.PRODUCT_PREP_WARPS = saved_warps
                 os.environ.pop(tt.PREP_ENV)
+            if T >= 4096:   # fp16 operands in the state / output passes, at the default tiles and two state tiles
+                import modeld.kernels.gdn.triton as gt
+
+                saved = gt.V2_STATE_TILE, gt.V2_STATE_STAGES
+                os.environ[tt.PASS_PRECISION_ENV] = "fp16"
+                try:
+                    for tile, stages in FP16_STATE_TILES:
+                        gt.V2_STATE_TILE, gt.V2_STATE_STAGES = tile, stages
+                        tag = "" if (tile, stages) == saved else f",state{tile[0]}w{tile[1]}s{stages}"
+                        case(f"gdn_prefill(chunked,v2,fp16{tag})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                             lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
+                    os.environ[tt.OUTPUT_LOOP_ENV] = "4,64,8,2"
+                    case("gdn_prefill(chunked,v2,fp16,outloop4-64-8-2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
+                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
+                finally:
+                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
+                    os.environ.pop(tt.PASS_PRECISION_ENV)
+                    os.environ.pop(tt.OUTPUT_LOOP_ENV, None)
             for loop in (OUTPUT_LOOPS if T >= 4096 else ()):   # the output pass's chunk loop against the default
                 os.environ[tt.OUTPUT_LOOP_ENV] = loop
                 try:
@@ -394,6 +416,13 @@ def aot_kernels():
         ("gdn_v2_output", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
          h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
          BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="tf32", **gdn_c),
+         dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
+        ("gdn_v2_state_fp16", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32,
+         state_ptr=f32, h_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
+         PRECISION="fp16", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),
+        ("gdn_v2_out_fp16", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
+         h_ptr="*fp16", o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
+         BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="fp16", **gdn_c),
          dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
         ("gdn_v2_outloop", chunk2._chunk_output_loop_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
          h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128, BLOCK_V=64,

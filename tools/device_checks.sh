@@ -4,13 +4,15 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh kernels   # GDN rows: the output pass's chunk loop, state pass at 8 warps, preps (+ sweeps)
+#   tools/device_checks.sh kernels   # GDN rows: fp16 passes, the output pass's chunk loop, state pass at 8 warps, preps
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh w8a8      # the certification's long set with the fp8+w8a8 variant beside fp8
 #
 # What each result decides: KNOWLEDGE/findings/gdn-output-pass-one-cta-per-sm-offline.md (flip V2_OUTPUT_LOOP to
-# the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k), the state tile
+# the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k),
+# KNOWLEDGE/ah-ha/fp16-operands-keep-tf32s-mantissa.md (DOT_PRECISION of the passes -> fp16 if it wins and the GPU
+# tests + the certification's long set hold), the state tile
 # (V2_STATE_TILE / V2_STATE_STAGES), KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md.
 set -uo pipefail
 step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8}
@@ -32,9 +34,10 @@ case "$step" in
       | grep -E "gdn_prefill\(chunked,v2" | tail -40
     ;;
   ttft)
-    # the output pass's chunk loop in the engine (':'-joined: --cold-ab splits its variants on ',')
+    # the GDN passes in fp16 and the output pass's chunk loop in the engine, alone and together (':'-joined: --cold-ab
+    # splits its variants on ','); the logits against the default's are the numeric check at 32k
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
-      --kernel-table 14 --cold-ab MODELD_GDN_OUTPUT_LOOP=4:64:8:2,MODELD_GDN_OUTPUT_LOOP=4:64:4:2 \
+      --kernel-table 14 --cold-ab MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2 \
       2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;
   cert)

@@ -317,6 +317,50 @@ def test_output_loop_env_rejects_bad_values(text, monkeypatch):
         tt.output_loop()
 
 
+def _check_tf32_rounded(case, gen, device, slow_decay=True):
+    """gdn_prefill vs the reference where the kernel rounds dot operands to 10 mantissa bits on every device (the fp16
+    passes): the output at bf16's row (the 10-bit products stay below the output's own rounding), the state at the
+    tf32 row on the CPU too."""
+    *args, state = _inputs(*case, gen, device, False, True, slow_decay)
+    s_ref, s_tt = state.clone(), state.clone()
+    want = ref.gdn_prefill(*args, s_ref)
+    got = tt.gdn_prefill(*args, s_tt)
+    assert_close(got, want)
+    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=True), what="state")
+
+
+@pytest.mark.parametrize("loop", ["0", "2,64,4,2"], ids=["one-chunk", "loop"])
+@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)],
+                         ids=_ids([(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]))
+def test_prefill_v2_fp16_passes_match_reference(case, loop, gen, device, monkeypatch):
+    """$MODELD_GDN_PASS_PRECISION=fp16: the state and output passes multiply fp16-rounded operands and keep the
+    chunk-start states in fp16; within tf32's tolerance of the fp32 reference (one- and multi-chunk programs)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    _check_tf32_rounded(case, gen, device)
+
+
+def test_fp16_passes_really_switch(gen, device, monkeypatch):
+    """The switch reaches the kernels: fp16 passes differ from the fp32 ones (ieee on every device) in the low bits,
+    and by no more than the 10-bit rounding."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    *args, state = _inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = {}
+    for precision in ("ieee", "fp16"):
+        monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
+        s = state.clone()
+        outs[precision] = (tt.gdn_prefill(*args, s), s)
+    assert not torch.equal(outs["ieee"][1], outs["fp16"][1])
+    assert_close(outs["fp16"][1], outs["ieee"][1], tol=tolerance(torch.float32, tf32=True), what="state")
+
+
+def test_pass_precision_env_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "bf16")
+    with pytest.raises(KernelValueError, match=tt.PASS_PRECISION_ENV):
+        tt.pass_precision()
+
+
 def _correlated(args, gen, spread=0.05):
     """The inputs with keys close to one direction (k̂ᵢ·k̂ⱼ ≈ 1) and β ≈ 1: strictly lower L has entries near 1,
     so the powers in the product prep's series grow to ~1e3 (its tf32 failure mode) and (I + L)⁻¹ is far from I."""
@@ -336,13 +380,23 @@ def test_prefill_v2_preps_match_reference_slow_decay(case, prep, gen, device, mo
     _check("gdn_prefill", case, gen, device, slow_decay=True)
 
 
-def _check_correlated(case, gen, device):
+def _check_correlated(case, gen, device, tf32=None):
+    """Near-parallel keys; the state at the tf32 row on the GPU (or where `tf32` says: the fp16 passes round on the
+    CPU too)."""
     *args, state = _inputs(*case, gen, device, decode=False, slow_decay=True)
     args = _correlated(args, gen)
     s_ref, s_tt = state.clone(), state.clone()
     want = ref.gdn_prefill(*args, s_ref)
     assert_close(tt.gdn_prefill(*args, s_tt), want)
-    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=cuda_available()), what="state")
+    tf32 = cuda_available() if tf32 is None else tf32
+    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
+
+
+def test_prefill_v2_fp16_passes_correlated_keys(gen, device, monkeypatch):
+    """The fp16 passes on near-parallel keys with β ≈ 1 (W's rows grow there: fp16's range, not its mantissa)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    _check_correlated((150, 1, 2, 32, 16), gen, device, tf32=True)
 
 
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
@@ -394,6 +448,20 @@ OUTPUT_LOOPS_GPU = ["4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1"]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("loop", ["0", "4,64,8,2"], ids=["one-chunk", "loop"])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_fp16_passes(case, decay, loop, gen, device, monkeypatch):
+    """$MODELD_GDN_PASS_PRECISION=fp16 at 27B sizes, against the fp32 reference at the tf32 row, and on correlated
+    keys (large W rows: fp16's range is the risk there, not its mantissa)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    _check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        _check_correlated(case, gen, device, tf32=True)
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("loop", OUTPUT_LOOPS_GPU)
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
                          ids=CHUNK_VERSION_GPU_IDS)
@@ -416,7 +484,6 @@ def test_gpu_product_prep_at_8_warps(case, decay, gen, device, monkeypatch):
     _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
     if case == (500, 16, 48, 128, 128) and decay == "fast":
         _check_correlated(case, gen, device)
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)

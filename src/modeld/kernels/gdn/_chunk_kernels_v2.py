@@ -15,7 +15,11 @@ dependency graph:
 Chunk-start states are fp32: the output's inter-chunk term reads them at full precision, so v2 adds
 no rounding the v1 scan does not have (bf16 states would halve the 403 MB at 27B/8k but put a
 ~4e-3 relative error on that term). All tl.dot operands are fp32 (the CPU interpreter gets bf16 dots
-wrong); PRECISION picks the GPU's multiply ("tf32" / "ieee"). Padded rows past T carry zero U, W, k,
+wrong); PRECISION picks the GPU's multiply ("tf32" / "ieee"), or "fp16": both operands of every dot rounded to fp16
+first (`_mm`) and the chunk-start states stored in fp16. fp16 keeps tf32's 10-bit mantissa, so a product rounds
+the same way it would in tf32 (RNE instead of tf32's conversion, and fp16's range: the delta rule keeps |S| near the
+values' scale, far below 65504), at half the operand bytes and twice the tensor-core rate; states are only ever
+read as dot operands by the output pass, so fp16 storage loses nothing the tf32 dot kept. Padded rows past T carry zero U, W, k,
 so Vn is zero there and they add nothing to the state.
 """
 
@@ -26,6 +30,15 @@ import triton.language as tl
 
 from modeld.kernels._tl import round_to
 from modeld.kernels.gdn._chunk_kernels import _load_unit_rows
+
+
+@triton.jit
+def _mm(a, b, PRECISION: tl.constexpr):
+    """a @ b accumulated in fp32: "fp16" rounds both operands to fp16 first; "tf32" / "ieee" multiply fp32 operands."""
+    if PRECISION == "fp16":
+        return tl.dot(a.to(tl.float16), b.to(tl.float16))
+    else:
+        return tl.dot(a, b, input_precision=PRECISION)
 
 
 @triton.jit
@@ -50,7 +63,7 @@ def _chunk_state_kernel(
     S = tl.load(s_ptrs, mask=svmask, other=0.0)  # [BK, BV] fp32
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
     for c0 in range(0, T, CHUNK):
-        tl.store(h_base + (c0 // CHUNK) * DK * DV, S, mask=svmask)
+        tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ptr.dtype.element_ty), mask=svmask)
         ts = c0 + tl.arange(0, CHUNK)
         tmask = ts < T
         K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
@@ -63,10 +76,9 @@ def _chunk_state_kernel(
         u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
         umask = tmask[:, None] & vmask[None, :]
         Uc = tl.load(u_ptrs, mask=umask, other=0.0)
-        Vn = Uc - tl.dot(Wc, S, input_precision=PRECISION)  # [C, BV]
+        Vn = Uc - _mm(Wc, S, PRECISION)  # [C, BV]
         tl.store(u_ptrs, Vn, mask=umask)  # same program read these elements just above: no race
-        S = tl.exp(gam_c) * S + tl.dot(
-            tl.trans(K * tl.exp(gam_c - gam)[:, None]), Vn, input_precision=PRECISION)
+        S = tl.exp(gam_c) * S + _mm(tl.trans(K * tl.exp(gam_c - gam)[:, None]), Vn, PRECISION)
     tl.store(s_ptrs, S, mask=svmask)
 
 
@@ -96,8 +108,14 @@ def _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v
     r = tl.arange(0, CHUNK)[:, None]
     s = tl.arange(0, CHUNK)[None, :]
     decay = tl.where(r >= s, tl.exp(tl.minimum(gam[:, None] - gam[None, :], 0.0)), 0.0)
-    O = tl.dot(Q * tl.exp(gam)[:, None], S, input_precision=PRECISION) + tl.dot(
-        tl.dot(Q, tl.trans(K), input_precision=PRECISION) * decay, Vn, input_precision=PRECISION)
+    if PRECISION == "fp16":
+        # Q̂ and K̂ narrowed once (one fp32 copy of each fewer live: registers, not shared memory, bound this
+        # variant); (Q̂ e^γ) S is taken as e^γ ⊙ (Q̂ S), the same product with one rounding fewer
+        Q16 = Q.to(tl.float16)
+        P = (tl.dot(Q16, tl.trans(K.to(tl.float16))) * decay).to(tl.float16)
+        O = tl.exp(gam)[:, None] * tl.dot(Q16, S.to(tl.float16)) + tl.dot(P, Vn.to(tl.float16))
+    else:
+        O = _mm(Q * tl.exp(gam)[:, None], S, PRECISION) + _mm(_mm(Q, tl.trans(K), PRECISION) * decay, Vn, PRECISION)
     tl.store(o_ptr + (ts[:, None].to(tl.int64) * Hv + hv) * DV + dv[None, :], round_to(O, o_ptr.dtype.element_ty),
              mask=tmask[:, None] & vmask[None, :])
 

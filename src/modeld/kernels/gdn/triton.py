@@ -94,6 +94,12 @@ V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687
 # on for an A/B.
 V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
 OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
+# The v2 state and output passes' dot precision: DOT_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
+# names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
+# half the bytes and twice the tensor rate) and stores the chunk-start states in fp16 (`_chunk_kernels_v2.py`).
+# Not timed yet (session 22); the prep keeps DOT_PRECISION / INV_PRECISION.
+PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
+PASS_PRECISIONS = ("tf32", "ieee", "fp16")
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
@@ -143,6 +149,12 @@ def batch_tile() -> tuple[int, int]:
         raise KernelValueError(f"{BATCH_TILE_ENV}={text!r}: expected BLOCK_V,num_warps with BLOCK_V a power of two "
                                f"in 8..128 and num_warps 1, 2, 4 or 8")
     return block_v, warps
+
+
+def pass_precision() -> str:
+    """The v2 state / output passes' precision: $MODELD_GDN_PASS_PRECISION if set, else DOT_PRECISION.
+    Raises KernelValueError."""
+    return env_choice(PASS_PRECISION_ENV, DOT_PRECISION, PASS_PRECISIONS)
 
 
 def output_loop() -> tuple[int, int, int, int] | None:
@@ -258,8 +270,10 @@ def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
     Hv, Dv = o.shape[1], o.shape[2]
     n_chunks = triton.cdiv(T, CHUNK)
     # fp32 chunk-start states [Hv, chunks, Dk, Dv] (27B, T = 8192: 403 MB), see the kernels' docstring
-    h = torch.empty((Hv, n_chunks, Dk, Dv), dtype=torch.float32, device=o.device)
-    common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=DOT_PRECISION)
+    precision = pass_precision()
+    h = torch.empty((Hv, n_chunks, Dk, Dv), dtype=torch.float16 if precision == "fp16" else torch.float32,
+                    device=o.device)
+    common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision)
     bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
     _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
         k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
