@@ -97,7 +97,9 @@ OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # The v2 state and output passes' dot precision: DOT_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
 # names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
 # half the bytes and twice the tensor rate) and stores the chunk-start states in fp16 (`_chunk_kernels_v2.py`).
-# Not timed yet (session 22); the prep keeps DOT_PRECISION / INV_PRECISION.
+# Not timed yet (session 22). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16
+# spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs (the tf32x3
+# series dominates).
 PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
 PASS_PRECISIONS = ("tf32", "ieee", "fp16")
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
