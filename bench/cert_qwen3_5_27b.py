@@ -47,8 +47,8 @@ engine's own |Δlogit| vs HF in this run, and its "other" argmax disagreements o
 set (--flip-cases seeded random prompts, teacher-forced) are at most RUNG6_FACTOR x max(1, the bf16
 engine's own count vs HF on the same positions) — ARGMAX_RULE (session 6; before, one such flip in
 the 96 fixture positions failed the gate, which measured ~0.3 % of positions for every profile made
-a lottery). Since session 22 the same three limits also apply, separately, on the long set against the
-bf16 engine's own numbers there (LONG_RULE). Quality vs bf16 is reported, not gated (random synthetic weights have no outlier
+a lottery). Since session 22 the same three limits also apply, separately, on the long set against
+the bf16 engine's own numbers there (LONG_RULE). Quality vs bf16 is reported, not gated (random synthetic weights have no outlier
 structure to preserve).
 
 Writes $OUT/cert_qwen3_5_27b.json after every stage and, at the end, one certification record per
@@ -282,7 +282,8 @@ def _engine_stage(R, st, profile: str):
         st.quant_logits[profile] = [x.to("cpu") for x in logits]
         st.quant_flip[profile] = flip
         if long is not None:
-            res["long_quality_vs_bf16"] = merge([quality(r.to(st.dev), e.to(st.dev)) for e, r in zip(long, st.ref_long)])
+            res["long_quality_vs_bf16"] = merge([quality(r.to(st.dev), e.to(st.dev))
+                                                 for e, r in zip(long, st.ref_long)])
             res["long_quality_vs_bf16"].pop("cases")
             st.quant_long[profile] = long
     del eng, flip, long

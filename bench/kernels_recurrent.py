@@ -16,6 +16,7 @@ be captured: they are timed eagerly (marked `eager`). Writes kernels_recurrent.j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -38,6 +39,9 @@ OUTPUT_LOOPS = ("4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1")
 # (state tile, stages) timed with $MODELD_GDN_PASS_PRECISION=fp16: the default first; offline sm_90 fp16 state
 # passes take 218 registers at (32, 4) s2, 175 at (16, 4) s2, 150 at (16, 8) s2, no spill (half the HGMMAs of tf32)
 FP16_STATE_TILES = (((32, 4), 2), ((16, 4), 2), ((16, 8), 2))
+# the state pass at 8 warps (sessions 20-21 timed (16, 4) s2 / s3, (32, 4) s2, (16, 2) s2: the default (32, 4) s2
+# won); offline sm_90 these hold no spill: (32, 8) s2 223 registers, (16, 8) s2 210, (32, 8) s3 234, (64, 8) s1 239
+STATE_TILES_8_WARPS = (((32, 8), 2), ((16, 8), 2), ((32, 8), 3), ((64, 8), 1))
 
 
 def environment() -> dict:
@@ -243,100 +247,79 @@ def bench_gdn_decode_rows(reps):
             os.environ[tt.DECODE_ENV] = caller_decode
 
 
+@contextlib.contextmanager
+def _gdn_switched(env: dict | None = None, attrs: dict | None = None):
+    """One row's switches: environment variables and `modeld.kernels.gdn.triton` attributes, put back after."""
+    from modeld.kernels.gdn import triton as tt
+
+    env, attrs = env or {}, attrs or {}
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved_attrs = {k: getattr(tt, k) for k in attrs}
+    os.environ.update(env)
+    for k, v in attrs.items():
+        setattr(tt, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for k, v in saved_attrs.items():
+            setattr(tt, k, v)
+
+
+def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
+    """(row label suffix, env, gdn.triton attributes) of the v2 rows timed beside the default at sequence length T."""
+    from modeld.kernels.gdn import triton as tt
+
+    rows = [(f",{prep}prep", {tt.PREP_ENV: prep}, {})
+            for prep in tt.PREP_KINDS if prep != tt.V2_PREP and (T == 4096 or prep == "blocked")]
+    rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
+    if T < 4096:
+        return rows
+    default_state = (tt.V2_STATE_TILE, tt.V2_STATE_STAGES)
+    for tile, stages in FP16_STATE_TILES:   # fp16 operands in the state / output passes
+        tag = "" if (tile, stages) == default_state else f",state{tile[0]}w{tile[1]}s{stages}"
+        rows.append((f",fp16{tag}", {tt.PASS_PRECISION_ENV: "fp16"},
+                     {"V2_STATE_TILE": tile, "V2_STATE_STAGES": stages}))
+    rows.append((",fp16,outloop4-64-8-2", {tt.PASS_PRECISION_ENV: "fp16", tt.OUTPUT_LOOP_ENV: "4,64,8,2"}, {}))
+    rows += [(f",outloop{loop.replace(',', '-')}", {tt.OUTPUT_LOOP_ENV: loop}, {}) for loop in OUTPUT_LOOPS]
+    if T == 4096:
+        rows += [(f",out{tile[0]}w{tile[1]}", {}, {"V2_OUTPUT_TILE": tile}) for tile in ((32, 4), (64, 8), (128, 8))]
+        rows += [(f",state{tile[0]}w{tile[1]}s{stages}", {}, {"V2_STATE_TILE": tile, "V2_STATE_STAGES": stages})
+                 for tile, stages in STATE_TILES_8_WARPS]
+    return rows
+
+
 def bench_gdn(reps):
     from modeld.kernels.gdn import reference as ref, triton as tt
 
     Hk, Hv, Dk, Dv = GDN_27B
     bench_gdn_decode_rows(reps)
-    caller_chunk = os.environ.get("MODELD_GDN_CHUNK")  # restored after the group
-    os.environ["MODELD_GDN_CHUNK"] = "v1"  # the plain "chunked" rows are v1 (the default is v2)
     for T in (512, 4096, 8192):
         io = T * (2 * Hk * Dk + 2 * Hv * Dv) * 2 + T * Hv * 4 + Hv * Dk * Dv * 4 * 2
-        # T = 8192 (the 27B's 8k prefill) only A/Bs v1 vs v2: its reference and token loop add minutes
-        case("gdn_prefill(chunked)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
-             tt.gdn_prefill, ref.gdn_prefill_chunked if T < 8192 else None, max(3, reps // 4), n_sets=2)
-        if T == 4096:
-            import modeld.kernels.gdn.triton as gt
+        shape = f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}"
 
-            gt.DOT_PRECISION = "ieee"
-            case("gdn_prefill(chunked,ieee)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
-                 tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-            gt.DOT_PRECISION = "tf32"
-        # v1 vs v2 ($MODELD_GDN_CHUNK, read per call, so each row's graphs capture its own kernels)
-        os.environ["MODELD_GDN_CHUNK"] = "v2"
-        try:
-            case("gdn_prefill(chunked,v2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
-                 tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-            # the preps against the default ($MODELD_GDN_PREP, read per call), each row beside the one above
-            for prep in [p for p in tt.PREP_KINDS if p != tt.V2_PREP and (T == 4096 or p == "blocked")]:
-                os.environ[tt.PREP_ENV] = prep
-                try:
-                    case(f"gdn_prefill(chunked,v2,{prep}prep)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                finally:
-                    os.environ.pop(tt.PREP_ENV)
-            saved_warps, tt.PRODUCT_PREP_WARPS = tt.PRODUCT_PREP_WARPS, 8  # one CTA per SM (spills) against two at 4
-            os.environ[tt.PREP_ENV] = "product"
-            try:
-                case("gdn_prefill(chunked,v2,productprep,w8)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                     lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-            finally:
-                tt.PRODUCT_PREP_WARPS = saved_warps
-                os.environ.pop(tt.PREP_ENV)
-            if T >= 4096:   # fp16 operands in the state / output passes, at the default tiles and two state tiles
-                import modeld.kernels.gdn.triton as gt
+        def row(label, fn=tt.gdn_prefill, reference=None, T=T):
+            case(label, shape, lambda: _gdn_set(T, False), io, fn, reference, max(3, reps // 4), n_sets=2)
 
-                saved = gt.V2_STATE_TILE, gt.V2_STATE_STAGES
-                os.environ[tt.PASS_PRECISION_ENV] = "fp16"
-                try:
-                    for tile, stages in FP16_STATE_TILES:
-                        gt.V2_STATE_TILE, gt.V2_STATE_STAGES = tile, stages
-                        tag = "" if (tile, stages) == saved else f",state{tile[0]}w{tile[1]}s{stages}"
-                        case(f"gdn_prefill(chunked,v2,fp16{tag})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                             lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
-                    os.environ[tt.OUTPUT_LOOP_ENV] = "4,64,8,2"
-                    case("gdn_prefill(chunked,v2,fp16,outloop4-64-8-2)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                finally:
-                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
-                    os.environ.pop(tt.PASS_PRECISION_ENV)
-                    os.environ.pop(tt.OUTPUT_LOOP_ENV, None)
-            for loop in (OUTPUT_LOOPS if T >= 4096 else ()):   # the output pass's chunk loop against the default
-                os.environ[tt.OUTPUT_LOOP_ENV] = loop
-                try:
-                    case(f"gdn_prefill(chunked,v2,outloop{loop.replace(',', '-')})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                finally:
-                    os.environ.pop(tt.OUTPUT_LOOP_ENV)
+        # the plain "chunked" rows are v1 (the default is v2); T = 8192 (the 27B's 8k prefill) only A/Bs the chunked
+        # paths: its reference and token loop add minutes. $MODELD_GDN_CHUNK is read per call, so each row's graphs
+        # capture its own kernels.
+        with _gdn_switched({tt.CHUNK_ENV: "v1"}):
+            row("gdn_prefill(chunked)", reference=ref.gdn_prefill_chunked if T < 8192 else None)
             if T == 4096:
-                import modeld.kernels.gdn.triton as gt
-
-                default = gt.V2_OUTPUT_TILE
-                for tile in ((32, 4), (64, 8), (128, 8)):  # output-pass alternatives to re-pick the tile from
-                    gt.V2_OUTPUT_TILE = tile
-                    case(f"gdn_prefill(chunked,v2,out{tile[0]}w{tile[1]})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                gt.V2_OUTPUT_TILE = default
-                saved = gt.V2_STATE_TILE, gt.V2_STATE_STAGES
-                # state pass at 8 warps (sessions 20-21 timed (16, 4) s2 / s3, (32, 4) s2, (16, 2) s2: the default
-                # (32, 4) s2 won); offline sm_90 these hold no spill: (32, 8) s2 223 registers, (16, 8) s2 210,
-                # (32, 8) s3 234, (64, 8) s1 239 (findings/gdn-output-pass-one-cta-per-sm-offline.md's method)
-                for tile, stages in (((32, 8), 2), ((16, 8), 2), ((32, 8), 3), ((64, 8), 1)):
-                    gt.V2_STATE_TILE, gt.V2_STATE_STAGES = tile, stages
-                    case(f"gdn_prefill(chunked,v2,state{tile[0]}w{tile[1]}s{stages})", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}",
-                         lambda T=T: _gdn_set(T, False), io, tt.gdn_prefill, None, max(3, reps // 4), n_sets=2)
-                gt.V2_STATE_TILE, gt.V2_STATE_STAGES = saved
-        finally:
-            os.environ["MODELD_GDN_CHUNK"] = "v1"
-        if T == 8192:
-            continue
-        case("gdn_prefill(recurrent)", f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}", lambda T=T: _gdn_set(T, False), io,
-             tt._gdn_prefill_recurrent, None, max(3, reps // 4), n_sets=2)
-    if caller_chunk is None:
-        os.environ.pop("MODELD_GDN_CHUNK")
-    else:
-        os.environ["MODELD_GDN_CHUNK"] = caller_chunk
+                with _gdn_switched(attrs={"DOT_PRECISION": "ieee"}):
+                    row("gdn_prefill(chunked,ieee)")
+        with _gdn_switched({tt.CHUNK_ENV: "v2"}):
+            row("gdn_prefill(chunked,v2)")
+            for label, env, attrs in gdn_v2_variants(T):
+                with _gdn_switched(env, attrs):
+                    row(f"gdn_prefill(chunked,v2{label})")
+        if T < 8192:
+            row("gdn_prefill(recurrent)", fn=tt._gdn_prefill_recurrent)
 
 
 def bench_embedding_sampling(reps):

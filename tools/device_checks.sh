@@ -34,10 +34,12 @@ case "$step" in
       | grep -E "gdn_prefill\(chunked,v2" | tail -40
     ;;
   ttft)
+    fp16_loop=MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2
     # the GDN passes in fp16 and the output pass's chunk loop in the engine, alone and together (':'-joined: --cold-ab
     # splits its variants on ','); the logits against the default's are the numeric check at 32k
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
-      --kernel-table 14 --cold-ab MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2 \
+      --kernel-table 14 \
+      --cold-ab "MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,$fp16_loop" \
       2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;
   cert)

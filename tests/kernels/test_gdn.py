@@ -461,6 +461,7 @@ def test_gpu_fp16_passes(case, decay, loop, gen, device, monkeypatch):
     if case == (500, 16, 48, 128, 128) and decay == "fast":
         _check_correlated(case, gen, device, tf32=True)
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("loop", OUTPUT_LOOPS_GPU)
 @pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,

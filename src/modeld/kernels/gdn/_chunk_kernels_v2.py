@@ -19,8 +19,8 @@ wrong); PRECISION picks the GPU's multiply ("tf32" / "ieee"), or "fp16": both op
 first (`_mm`) and the chunk-start states stored in fp16. fp16 keeps tf32's 10-bit mantissa, so a product rounds
 the same way it would in tf32 (RNE instead of tf32's conversion, and fp16's range: the delta rule keeps |S| near the
 values' scale, far below 65504), at half the operand bytes and twice the tensor-core rate; states are only ever
-read as dot operands by the output pass, so fp16 storage loses nothing the tf32 dot kept. Padded rows past T carry zero U, W, k,
-so Vn is zero there and they add nothing to the state.
+read as dot operands by the output pass, so fp16 storage loses nothing the tf32 dot kept. Padded rows past T
+carry zero U, W, k, so Vn is zero there and they add nothing to the state.
 """
 
 from __future__ import annotations
