@@ -341,6 +341,15 @@ def test_prefill_v2_fp16_passes_match_reference(case, loop, gen, device, monkeyp
     _check_tf32_rounded(case, gen, device)
 
 
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+def test_prefill_v2_fp16_passes_every_prep(prep, gen, device, monkeypatch):
+    """Every prep stores its W into the fp16 scratch the fp16 passes allocate (the store rounds it)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    _check_tf32_rounded((150, 1, 2, 32, 16), gen, device)
+
+
 def test_fp16_passes_really_switch(gen, device, monkeypatch):
     """The switch reaches the kernels: fp16 passes differ from the fp32 ones (ieee on every device) in the low bits,
     and by no more than the 10-bit rounding."""

@@ -96,8 +96,8 @@ V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
 OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # The v2 state and output passes' dot precision: DOT_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
 # names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
-# half the bytes and twice the tensor rate) and stores the chunk-start states in fp16 (`_chunk_kernels_v2.py`).
-# Not timed yet (session 22). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16
+# half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
+# (`_chunk_kernels_v2.py`). Not timed yet (session 22). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16
 # spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs (the tf32x3
 # series dominates).
 PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
@@ -235,8 +235,11 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     if T == 0 or Hv == 0 or Dv == 0:
         return o
     # fp32 scratch: W [Hv, T, Dk], U [Hv, T, Dv], γ [Hv, T] = Hv·T·(Dk+Dv+1)·4 B (27B, T=8192: 403 MB),
-    # allocated per call: callers prefill long prompts in pieces (the state carries over exactly)
-    w = torch.empty((Hv, T, Dk), dtype=torch.float32, device=v.device)
+    # allocated per call: callers prefill long prompts in pieces (the state carries over exactly). With the fp16
+    # passes W is stored in fp16 (the prep's store rounds it): the state pass only multiplies it, in fp16. U stays
+    # fp32: Vn = U − W S can cancel, so U's rounding would not be relative to Vn.
+    fp16_w = version == "v2" and pass_precision() == "fp16"
+    w = torch.empty((Hv, T, Dk), dtype=torch.float16 if fp16_w else torch.float32, device=v.device)
     u = torch.empty((Hv, T, Dv), dtype=torch.float32, device=v.device)
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
