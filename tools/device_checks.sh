@@ -7,7 +7,7 @@
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, the output pass's chunk loop, state pass at 8 warps, preps
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
-#   tools/device_checks.sh w8a8      # the certification's long set with the fp8+w8a8 variant beside fp8
+#   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
 #
 # What each result decides: KNOWLEDGE/findings/gdn-output-pass-one-cta-per-sm-offline.md (flip V2_OUTPUT_LOOP to
 # the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k),
@@ -48,7 +48,7 @@ case "$step" in
     ;;
   w8a8)
     timeout 520 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 400 \
-      --profiles bf16,fp8,fp8+w8a8 --batch-slots 0 --ttft-chunks '' 2>&1 \
+      --profiles bf16,fp8,fp8+w8a8 --batch-slots 0 --ttft-chunks '' --long-cases 8 --long-seed 20261202 2>&1 \
       | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
     ;;
   *)
