@@ -4,7 +4,7 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh kernels   # GDN rows: fp16 passes, the output pass's chunk loop, state pass at 8 warps, preps
+#   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
@@ -34,12 +34,12 @@ case "$step" in
       | grep -E "gdn_prefill\(chunked,v2" | tail -40
     ;;
   ttft)
-    fp16_loop=MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2
+    fp16_all=MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2+MODELD_GDN_INV_PRECISION=fp16x3
     # the GDN passes in fp16 and the output pass's chunk loop in the engine, alone and together (':'-joined: --cold-ab
     # splits its variants on ','); the logits against the default's are the numeric check at 32k
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
       --kernel-table 14 \
-      --cold-ab "MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,$fp16_loop" \
+      --cold-ab "MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,MODELD_GDN_INV_PRECISION=fp16x3,$fp16_all" \
       2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;
   cert)

@@ -350,6 +350,36 @@ def test_prefill_v2_fp16_passes_every_prep(prep, gen, device, monkeypatch):
     _check_tf32_rounded((150, 1, 2, 32, 16), gen, device)
 
 
+@pytest.mark.parametrize("case", [(150, 1, 2, 32, 16), (130, 2, 4, 128, 128)], ids=_ids([(150, 1, 2, 32, 16),
+                                                                                      (130, 2, 4, 128, 128)]))
+def test_product_prep_fp16x3_series(case, gen, device, monkeypatch):
+    """$MODELD_GDN_INV_PRECISION=fp16x3: the inverse series from fp16 head + tail products holds the fp32 reference
+    on near-parallel keys with β ≈ 1 (Ld's powers up to ~6e3: fp16's range, and the tail's bits, are what is tested;
+    the interpreter multiplies fp16 exactly, so this is the split's own precision) and on ordinary inputs."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
+    _check_correlated(case, gen, device, tf32=True)
+    _check_tf32_rounded(case, gen, device)
+
+
+def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):
+    """The tail products matter: on near-parallel keys the fp16x3 series lands within a small fraction of plain
+    tf32-width (one fp16 product) rounding's distance from the exact (ieee) series."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    *args, state = _inputs(150, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
+    args = _correlated(args, gen)
+    states = {}
+    for inv in ("ieee", "fp16x3"):
+        monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
+        s = state.clone()
+        tt.gdn_prefill(*args, s)
+        states[inv] = s
+    err = (states["fp16x3"] - states["ieee"]).abs().max().item()
+    assert err < 1e-4 * states["ieee"].abs().max().item()
+
+
 def test_fp16_passes_really_switch(gen, device, monkeypatch):
     """The switch reaches the kernels: fp16 passes differ from the fp32 ones (ieee on every device) in the low bits,
     and by no more than the 10-bit rounding."""
@@ -454,6 +484,21 @@ def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
 
 
 OUTPUT_LOOPS_GPU = ["4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_product_prep_fp16x3_series(case, decay, warps, gen, device, monkeypatch):
+    """The product prep's series from fp16 head + tail products at 27B sizes, and on correlated keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
+    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", warps)
+    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        _check_correlated(case, gen, device)
 
 
 @pytest.mark.gpu

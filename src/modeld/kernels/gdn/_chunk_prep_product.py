@@ -15,7 +15,9 @@ and with M = D Lo (strictly block-lower, M⁴ = 0), I + L = (I + Ld)(I + M):
     U = X diag(β) V,  W = X diag(β e^γ) K̂                                            2 products
 Precision: powers of Ld grow with the keys' correlation (k̂ᵢ·k̂ⱼ ≈ 1, β ≈ 1, no decay: Ld⁸'s entries up to
 C(15, 8) ≈ 6e3 while D's stay ≤ 1), so the six series products run at INV_PRECISION ("tf32x3" on the GPU: three
-tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway). The four block-level products, L, U and W
+tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway), or "fp16x3" (`_series_mm`: fp16 head and
+tail of each operand, three fp16 MMAs, the same ≈ 21 bits at half the tensor work; the entries stay inside fp16's
+range). The four block-level products, L, U and W
 keep PRECISION like the other preps: that matches the blocked prep's error (bench/gdn_inverse_precision.py).
 Splitting at SUB = 16 bounds the growth (a single-level series over 64 rows would reach C(63, 32)).
 """
@@ -26,6 +28,20 @@ import triton
 import triton.language as tl
 
 from modeld.kernels.gdn._chunk_kernels import _load_unit_rows, chunk_gates
+
+
+@triton.jit
+def _series_mm(a, b, INV_PRECISION: tl.constexpr):
+    """a @ b for the inverse series: "fp16x3" splits each fp32 operand into an fp16 head and an fp16 tail
+    (x − head) and adds three fp16 products (≈ 21 bits, like tf32x3, at half its tensor work); else tl.dot."""
+    if INV_PRECISION == "fp16x3":
+        a_hi = a.to(tl.float16)
+        b_hi = b.to(tl.float16)
+        a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+        b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+        return tl.dot(a_hi, b_hi) + (tl.dot(a_hi, b_lo) + tl.dot(a_lo, b_hi))
+    else:
+        return tl.dot(a, b, input_precision=INV_PRECISION)
 
 
 @triton.jit
@@ -56,12 +72,12 @@ def _chunk_prep_product_kernel(
     Lo = L - Ld
     # D = (I + Ld)⁻¹ as (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸)
     D = tl.where(r == s, 1.0, 0.0) - Ld
-    P = tl.dot(Ld, Ld, input_precision=INV_PRECISION)
-    D += tl.dot(D, P, input_precision=INV_PRECISION)
-    P = tl.dot(P, P, input_precision=INV_PRECISION)
-    D += tl.dot(D, P, input_precision=INV_PRECISION)
-    P = tl.dot(P, P, input_precision=INV_PRECISION)
-    D += tl.dot(D, P, input_precision=INV_PRECISION)
+    P = _series_mm(Ld, Ld, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
     # X = (I − M)(I + M²) D with M = D Lo
     M = tl.dot(D, Lo, input_precision=PRECISION)
     Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)

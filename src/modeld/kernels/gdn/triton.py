@@ -115,6 +115,12 @@ V2_PREP = "product"
 # the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
 # inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
 INV_PRECISION = "tf32x3"
+# $MODELD_GDN_INV_PRECISION (read per call) overrides it for an A/B. "fp16x3" splits each operand into fp16 head +
+# fp16 tail and adds three fp16 products (≈ 21 bits like tf32x3, at half its tensor work; the series' entries stay
+# below C(15, 8) ≈ 6.4e3, inside fp16's range). Offline sm_90 at 4 warps: 136 HGMMAs instead of 208, 255 registers,
+# no spill; at 8 warps 192 registers, no spill (tf32x3: 255 + 60 B). Not timed yet (session 22).
+INV_PRECISION_ENV = "MODELD_GDN_INV_PRECISION"
+INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
 # an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
 # spill, two CTAs per SM (66 KB shared each). H200 session 22: 4 warps 0.83x (v2 prefill at T 4096 1364 -> 1131 us,
@@ -157,6 +163,12 @@ def pass_precision() -> str:
     """The v2 state / output passes' precision: $MODELD_GDN_PASS_PRECISION if set, else DOT_PRECISION.
     Raises KernelValueError."""
     return env_choice(PASS_PRECISION_ENV, DOT_PRECISION, PASS_PRECISIONS)
+
+
+def inv_precision() -> str:
+    """The product prep's series precision: $MODELD_GDN_INV_PRECISION if set, else INV_PRECISION.
+    Raises KernelValueError."""
+    return env_choice(INV_PRECISION_ENV, INV_PRECISION, INV_PRECISIONS)
 
 
 def output_loop() -> tuple[int, int, int, int] | None:
@@ -248,7 +260,7 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     if kind == "blocked":
         prep = _chunk_prep_blocked_kernel
     elif kind == "product":
-        prep, extra, warps = _chunk_prep_product_kernel, dict(INV_PRECISION=INV_PRECISION, SUB=SUB), PRODUCT_PREP_WARPS
+        prep, extra, warps = _chunk_prep_product_kernel, dict(INV_PRECISION=inv_precision(), SUB=SUB), PRODUCT_PREP_WARPS
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
