@@ -28,6 +28,8 @@ DISPATCH = {
     "convert": ("modeld.convert.commands", "convert_main", "convert a checkpoint to .mspec (bf16/fp8/int4)"),
     "inspect": ("modeld.convert.commands", "inspect_main", "describe an .mspec file"),
     "verify": ("modeld.convert.commands", "verify_main", "check an .mspec file's integrity"),
+    "export-gguf": ("modeld.convert.commands", "export_gguf_main",
+                    "write a qwen3_5 checkpoint as GGUF for llama.cpp (qwen35)"),
 }
 
 

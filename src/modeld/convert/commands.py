@@ -1,4 +1,4 @@
-"""Entry points `modeld synth|convert|inspect|verify` (each: argv -> exit code).
+"""Entry points `modeld synth|convert|inspect|verify|export-gguf` (each: argv -> exit code).
 
 `modeld.cli` dispatches here; `python -m modeld.convert.commands <sub> ...` works as well.
 A `ModeldError` escapes to the caller (cli.py prints it as one line and exits 2); when run as
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -258,7 +259,44 @@ def verify_main(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"synth": synth_main, "convert": convert_main, "inspect": inspect_main, "verify": verify_main}
+def _export_gguf_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modeld export-gguf",
+        description="Write a qwen3_5 Hugging Face checkpoint (the text model; MTP left out) as a GGUF file for "
+                    "llama.cpp's qwen35 architecture: the fall-through backend and the second control of the "
+                    "engine's certification. Norm weights, A_log, the conv kernel and the value-head order are "
+                    "transformed the way llama.cpp's loader reads them; the tokenizer comes from tokenizer.json. "
+                    "Memory holds one tensor at a time; the file appears only when complete.",
+        epilog="examples:\n  modeld synth --config small --seed 0 -o /tmp/ckpt\n"
+               "  modeld export-gguf /tmp/ckpt -o /tmp/small.gguf --outtype f32",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", type=Path, help="Hugging Face checkpoint directory (config.json, *.safetensors, "
+                                             "tokenizer.json)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the .gguf file to write")
+    p.add_argument("--outtype", default="bf16", choices=["f32", "f16", "bf16"],
+                   help="matrix storage (1-D tensors and the conv kernel stay f32; default bf16)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    return p
+
+
+def export_gguf_main(argv: list[str]) -> int:
+    """Export SOURCE to a qwen35 GGUF with a progress bar; prints a JSON summary. Raises ModeldError."""
+    from modeld.convert.gguf_export import export, plan
+    from modeld.convert.progress import byte_progress
+
+    args = _export_gguf_parser().parse_args(argv)
+    t0 = time.perf_counter()
+    _, _, todo = plan(args.source)
+    total = sum(math.prod(shape) for _, shape, _ in todo)
+    with byte_progress(f"export-gguf {args.output.name}", total) as sink:
+        summary = export(args.source, args.output, args.outtype, overwrite=args.force, progress=sink)
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+COMMANDS = {"synth": synth_main, "convert": convert_main, "inspect": inspect_main, "verify": verify_main,
+            "export-gguf": export_gguf_main}
 
 
 def main(argv: list[str] | None = None) -> int:
