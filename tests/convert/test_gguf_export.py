@@ -51,7 +51,7 @@ def test_llama_cpp_reads_the_export_like_transformers(small_case, tmp_path):
     up to ~16), the same argmax everywhere."""
     folder, ids, ref = small_case
     out = tmp_path / "small.gguf"
-    summary = ge.export(folder, out, "f32")
+    summary = ge.export(ge.open_checkpoint(folder), out, "f32")
     assert summary["tensors"] == 109 and summary["vocab"] == 4096 and out.exists()
     got = _llama_logits(out, ids)
     assert np.abs(got - ref).max() < 1e-2
@@ -64,7 +64,7 @@ def test_without_the_value_head_reorder_llama_cpp_disagrees(small_case, tmp_path
     folder, ids, ref = small_case
     monkeypatch.setattr(ge, "tiled_value_heads", lambda t, *a: t)
     out = tmp_path / "grouped.gguf"
-    ge.export(folder, out, "f32")
+    ge.export(ge.open_checkpoint(folder), out, "f32")
     assert np.abs(_llama_logits(out, ids) - ref).max() > 0.5
 
 
@@ -75,7 +75,7 @@ def test_bf16_export_stores_matrices_in_bf16(small_case, tmp_path):
 
     folder, ids, ref = small_case
     out = tmp_path / "small-bf16.gguf"
-    ge.export(folder, out, "bf16")
+    ge.export(ge.open_checkpoint(folder), out, "bf16")
     reader = gguf.GGUFReader(str(out))
     types = {t.name: t.tensor_type for t in reader.tensors}
     assert types["blk.0.attn_qkv.weight"] == gguf.GGMLQuantizationType.BF16
@@ -98,26 +98,40 @@ def test_tiled_value_heads_order():
 def test_shapes_llama_cpp_cannot_load_are_refused(synth_ckpt, tmp_path):
     """The odd preset's key / value head dims differ (16 / 24): llama.cpp's qwen35 would reject the file."""
     with pytest.raises(ge.GGUFExportError, match="linear_value_head_dim"):
-        ge.export(synth_ckpt("odd", 0), tmp_path / "odd.gguf", "f32")
+        ge.export(ge.open_checkpoint(synth_ckpt("odd", 0)), tmp_path / "odd.gguf", "f32")
     assert not list(tmp_path.iterdir())
 
 
 def test_bad_inputs(synth_ckpt, tmp_path):
     with pytest.raises(ge.GGUFExportError, match="no config.json"):
-        ge.export(tmp_path, tmp_path / "x.gguf")
-    folder = synth_ckpt("tiny", 0)
+        ge.open_checkpoint(tmp_path)
+    ckpt = ge.open_checkpoint(synth_ckpt("tiny", 0))
     with pytest.raises(ge.GGUFExportError, match="outtype"):
-        ge.export(folder, tmp_path / "x.gguf", "q4_0")
+        ge.export(ckpt, tmp_path / "x.gguf", "q4_0")
     existing = tmp_path / "exists.gguf"
     existing.write_bytes(b"keep")
     with pytest.raises(ge.GGUFExportError, match="--force"):
-        ge.export(folder, existing)
+        ge.export(ckpt, existing)
     assert existing.read_bytes() == b"keep"
     other = tmp_path / "llama"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ge.GGUFExportError, match="not a qwen3_5"):
-        ge.export(other, tmp_path / "y.gguf")
+        ge.export(ge.open_checkpoint(other), tmp_path / "y.gguf")
+
+
+def test_synth_export_equals_the_written_checkpoints(synth_ckpt, tmp_path):
+    """--synth generates the tensors `modeld synth` writes: the same GGUF bytes without the checkpoint on disk."""
+    from modeld.convert.qwen3_5_spec import preset
+    from modeld.convert.synth_source import SynthCheckpoint
+
+    ge.export(ge.open_checkpoint(synth_ckpt("tiny", 0)), tmp_path / "disk.gguf", "bf16")
+    virtual = SynthCheckpoint(preset("tiny"), 0, include_mtp=False, workers=2)
+    try:
+        ge.export(virtual, tmp_path / "synth.gguf", "bf16")
+    finally:
+        virtual.close()
+    assert (tmp_path / "disk.gguf").read_bytes() == (tmp_path / "synth.gguf").read_bytes()
 
 
 def test_cli_writes_the_file_and_a_summary(synth_ckpt, tmp_path):

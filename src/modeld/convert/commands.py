@@ -266,12 +266,19 @@ def _export_gguf_parser() -> argparse.ArgumentParser:
                     "llama.cpp's qwen35 architecture: the fall-through backend and the second control of the "
                     "engine's certification. Norm weights, A_log, the conv kernel and the value-head order are "
                     "transformed the way llama.cpp's loader reads them; the tokenizer comes from tokenizer.json. "
-                    "Memory holds one tensor at a time; the file appears only when complete.",
+                    "With --synth, the tensors of `modeld synth --config C --seed N` are generated on the fly (no "
+                    "checkpoint on disk: the 27B is 54 GB). Memory holds one tensor at a time (plus --synth's "
+                    "prefetch); the file appears only when complete.",
         epilog="examples:\n  modeld synth --config small --seed 0 -o /tmp/ckpt\n"
-               "  modeld export-gguf /tmp/ckpt -o /tmp/small.gguf --outtype f32",
+               "  modeld export-gguf /tmp/ckpt -o /tmp/small.gguf --outtype f32\n"
+               "  modeld export-gguf --synth 27b --seed 0 -o /dev/shm/q27-bf16.gguf",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", type=Path, help="Hugging Face checkpoint directory (config.json, *.safetensors, "
-                                             "tokenizer.json)")
+    p.add_argument("source", type=Path, nargs="?", help="Hugging Face checkpoint directory (config.json, "
+                                                        "*.safetensors, tokenizer.json); or give --synth")
+    p.add_argument("--synth", choices=["27b", "tiny", "small", "odd"], default=None,
+                   help="export the synthetic checkpoint of this preset instead of a directory")
+    p.add_argument("--seed", type=int, default=0, help="--synth: the seed (default 0)")
+    p.add_argument("--workers", type=int, default=None, help="--synth: generator threads (default: CPUs, max 16)")
     p.add_argument("-o", "--output", type=Path, required=True, help="the .gguf file to write")
     p.add_argument("--outtype", default="bf16", choices=["f32", "f16", "bf16"],
                    help="matrix storage (1-D tensors and the conv kernel stay f32; default bf16)")
@@ -280,16 +287,29 @@ def _export_gguf_parser() -> argparse.ArgumentParser:
 
 
 def export_gguf_main(argv: list[str]) -> int:
-    """Export SOURCE to a qwen35 GGUF with a progress bar; prints a JSON summary. Raises ModeldError."""
-    from modeld.convert.gguf_export import export, plan
+    """Export SOURCE (or --synth) to a qwen35 GGUF with a progress bar; prints a JSON summary. Raises ModeldError."""
+    from modeld.convert.gguf_export import GGUFExportError, export, open_checkpoint, plan
     from modeld.convert.progress import byte_progress
 
-    args = _export_gguf_parser().parse_args(argv)
+    p = _export_gguf_parser()
+    args = p.parse_args(argv)
+    if (args.source is None) == (args.synth is None):
+        raise GGUFExportError("give a checkpoint directory or --synth PRESET (one of them)")
     t0 = time.perf_counter()
-    _, _, todo = plan(args.source)
-    total = sum(math.prod(shape) for _, shape, _ in todo)
-    with byte_progress(f"export-gguf {args.output.name}", total) as sink:
-        summary = export(args.source, args.output, args.outtype, overwrite=args.force, progress=sink)
+    if args.synth:
+        from modeld.convert.qwen3_5_spec import preset
+        from modeld.convert.synth_source import SynthCheckpoint
+
+        ckpt = SynthCheckpoint(preset(args.synth), args.seed, include_mtp=False, workers=args.workers)
+    else:
+        ckpt = open_checkpoint(args.source)
+    try:
+        _, todo = plan(ckpt)
+        with byte_progress(f"export-gguf {args.output.name}", sum(math.prod(s) for _, s in todo)) as sink:
+            summary = export(ckpt, args.output, args.outtype, overwrite=args.force, progress=sink)
+    finally:
+        if hasattr(ckpt, "close"):
+            ckpt.close()
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(summary, indent=2))
     return 0

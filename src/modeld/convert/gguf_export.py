@@ -27,7 +27,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -162,37 +162,17 @@ def transform(name: str, t, hp: Qwen35Hparams):
     return name, t
 
 
-def _tensors(folder: Path) -> Iterator[tuple[str, list[int], Callable]]:
-    """(name, shape, loader) of every tensor of the checkpoint's safetensors shards."""
-    from safetensors import safe_open
-
-    shards = sorted(folder.glob("*.safetensors"))
-    if not shards:
-        raise GGUFExportError(f"{folder}: no *.safetensors shards")
-    for shard in shards:
-        with safe_open(shard, "pt") as f:
-            for name in f.keys():
-                yield name, list(f.get_slice(name).get_shape()), (lambda s=shard, n=name: _load(s, n))
-
-
-def _load(shard: Path, name: str):
-    from safetensors import safe_open
-
-    with safe_open(shard, "pt") as f:
-        return f.get_tensor(name)
-
-
-def _tokenizer(folder: Path) -> tuple[list[str], list[int], list[str], dict]:
-    """(tokens by id, token types, merges, the tokenizer.json) of the byte-level BPE tokenizer."""
+def _tokenizer(ckpt) -> tuple[list[str], list[int], list[str], dict]:
+    """(tokens by id, token types, merges, the tokenizer.json) of the checkpoint's byte-level BPE tokenizer."""
     import gguf
 
-    path = folder / "tokenizer.json"
-    if not path.exists():
-        raise GGUFExportError(f"{folder}: no tokenizer.json")
-    tj = json.loads(path.read_text())
+    raw = ckpt.file_bytes("tokenizer.json")
+    if raw is None:
+        raise GGUFExportError(f"{ckpt.root}: no tokenizer.json")
+    tj = json.loads(raw)
     model = tj.get("model", {})
     if model.get("type") != "BPE":
-        raise GGUFExportError(f"{path}: expected a BPE model, got {model.get('type')!r}")
+        raise GGUFExportError(f"{ckpt.root}/tokenizer.json: expected a BPE model, got {model.get('type')!r}")
     vocab: dict[str, int] = dict(model["vocab"])
     added = {a["id"]: a for a in tj.get("added_tokens", [])}
     for i, a in added.items():
@@ -209,24 +189,47 @@ def _tokenizer(folder: Path) -> tuple[list[str], list[int], list[str], dict]:
     return tokens, [int(t) for t in types], merges, tj
 
 
-def plan(folder: str | os.PathLike) -> tuple[dict, Qwen35Hparams, list[tuple[str, list[int], Callable]]]:
-    """(config.json, hyper-parameters, the text tensors as (name, shape, loader)) of checkpoint `folder`,
-    checked for what llama.cpp's qwen35 can load. Raises GGUFExportError."""
-    folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.exists():
+def _model_name(ckpt) -> str:
+    """general.name: the synthetic model id (synth.json) when there is one, so a written and a generated checkpoint
+    give the same file; else config.json's _name_or_path or the folder's name."""
+    raw = ckpt.file_bytes("synth.json")
+    if raw is not None and isinstance(model_id := json.loads(raw).get("model_id"), str):
+        return model_id
+    return ckpt.config.get("_name_or_path") or Path(str(ckpt.root)).name
+
+
+def open_checkpoint(source: str | os.PathLike):
+    """The checkpoint directory `source` (hf_source.HFCheckpoint). Raises GGUFExportError."""
+    from modeld.convert.errors import SourceFormatError
+    from modeld.convert.hf_source import HFCheckpoint
+
+    folder = Path(source)
+    if not (folder / "config.json").is_file():
         raise GGUFExportError(f"{folder}: no config.json (expected a Hugging Face checkpoint directory)")
-    config = json.loads(config_path.read_text())
-    hp = Qwen35Hparams.from_config(config)
+    Qwen35Hparams.from_config(json.loads((folder / "config.json").read_text()))   # the family before the shards
+    try:
+        return HFCheckpoint(folder)
+    except SourceFormatError as exc:
+        raise GGUFExportError(str(exc)) from None
+
+
+def plan(ckpt) -> tuple[Qwen35Hparams, list[tuple[str, tuple[int, ...]]]]:
+    """(hyper-parameters, the text tensors as (name, shape)) of checkpoint `ckpt` (hf_source.HFCheckpoint or
+    synth_source.SynthCheckpoint: `config`, `tensors`, `load`, `file_bytes`), checked for what llama.cpp's qwen35
+    can load. Raises GGUFExportError."""
+    hp = Qwen35Hparams.from_config(ckpt.config)
     hp.check_llama_cpp()
-    return config, hp, [t for t in _tensors(folder) if _text_name(t[0]) is not None]
+    todo = [(n, tuple(t.shape)) for n, t in sorted(ckpt.tensors.items()) if _text_name(n) is not None]
+    if not todo:
+        raise GGUFExportError(f"{ckpt.root}: no tensors")
+    return hp, todo
 
 
-def export(folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f32", *,
-           overwrite: bool = False, progress: _Sink | None = None) -> dict:
-    """Write `out` (GGUF, arch qwen35) from the Hugging Face checkpoint `folder`. Returns a summary dict.
-    `progress.advance(elements, name)` is called per tensor. The file is written beside `out` and renamed at the end,
-    so a failure leaves no partial GGUF. Raises GGUFExportError."""
+def export(ckpt, out: str | os.PathLike, outtype: str = "f32", *, overwrite: bool = False,
+           progress: _Sink | None = None) -> dict:
+    """Write `out` (GGUF, arch qwen35) from checkpoint `ckpt` (see `plan`; `open_checkpoint` opens a directory).
+    Returns a summary dict. `progress.advance(elements, name)` is called per tensor. The file is written beside
+    `out` and renamed at the end, so a failure leaves no partial GGUF. Raises GGUFExportError."""
     import gguf
     import torch
 
@@ -234,11 +237,12 @@ def export(folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f3
         raise GGUFExportError(f"outtype {outtype!r}: expected one of {', '.join(OUT_TYPES)}")
     if not hasattr(gguf.MODEL_ARCH, "QWEN35"):
         raise GGUFExportError("this gguf package does not know the qwen35 architecture (gguf >= 0.19 does)")
-    folder, out = Path(folder), Path(out)
+    out = Path(out)
     if out.exists() and not overwrite:
         raise GGUFExportError(f"{out} exists (pass --force to replace it)")
-    config, hp, todo = plan(folder)
-    tokens, types, merges, tj = _tokenizer(folder)
+    config = ckpt.config
+    hp, todo = plan(ckpt)
+    tokens, types, merges, tj = _tokenizer(ckpt)
     if len(tokens) > hp.vocab:
         raise GGUFExportError(f"tokenizer has {len(tokens)} ids, the model's vocab is {hp.vocab}")
     tokens += [f"[PAD{i}]" for i in range(len(tokens), hp.vocab)]
@@ -246,7 +250,7 @@ def export(folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f3
 
     partial = out.with_name(out.name + ".partial")
     w = gguf.GGUFWriter(str(partial), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN35])
-    w.add_name(config.get("_name_or_path") or folder.name)
+    w.add_name(_model_name(ckpt))
     w.add_context_length(hp.max_positions)
     w.add_embedding_length(hp.hidden)
     w.add_block_count(hp.layers)
@@ -281,24 +285,24 @@ def export(folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f3
     if isinstance(config.get("pad_token_id"), int):
         w.add_pad_token_id(config["pad_token_id"])
     w.add_add_bos_token(False)
-    tc_path = folder / "tokenizer_config.json"
-    if tc_path.exists() and (template := json.loads(tc_path.read_text()).get("chat_template")):
+    tc = ckpt.file_bytes("tokenizer_config.json")
+    if tc is not None and (template := json.loads(tc).get("chat_template")):
         w.add_chat_template(template)
 
     # two passes, so memory holds one tensor at a time (the 27B is 54 GB): the tensor infos from the checkpoint's
     # shapes first, then each tensor transformed and written in the same order
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35, hp.layers)
     rows = []
-    for name, shape, load in todo:
+    for name, shape in todo:
         hf_name = transform_name(_text_name(name))
         gg = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if gg is None:
             raise GGUFExportError(f"{name}: no qwen35 GGUF name for {hf_name!r}")
         # 1-D tensors (norms, A, dt bias) and the conv kernel stay F32, as llama.cpp's converter keeps them
         kind = "f32" if outtype == "f32" or ".conv1d." in hf_name or len(shape) == 1 else outtype
-        rows.append((name, _out_shape(name, shape), load, gg, kind))
+        rows.append((name, _out_shape(name, list(shape)), gg, kind))
     try:
-        for name, shape, load, gg, kind in rows:
+        for name, shape, gg, kind in rows:
             dtype, raw = {"f32": (np.float32, None), "f16": (np.float16, None),
                           "bf16": (np.uint16, gguf.GGMLQuantizationType.BF16)}[kind]
             nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -306,8 +310,10 @@ def export(folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f3
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for name, shape, load, gg, kind in rows:
-            _, t = transform(_text_name(name), load(), hp)
+        if hasattr(ckpt, "expect"):   # a synth checkpoint generates the next tensors while this one is written
+            ckpt.expect([r[0] for r in rows])
+        for name, shape, gg, kind in rows:
+            _, t = transform(_text_name(name), ckpt.load(name), hp)
             if kind == "f32":
                 w.write_tensor_data(t.numpy())
             elif kind == "f16":
