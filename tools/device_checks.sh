@@ -8,6 +8,7 @@
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
+#   tools/device_checks.sh llamacpp  # llama.cpp built with CUDA (tools/llama_cpp_sdist.sh), the 27B control
 #
 # What each result decides: KNOWLEDGE/findings/gdn-output-pass-one-cta-per-sm-offline.md (flip V2_OUTPUT_LOOP to
 # the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k),
@@ -15,7 +16,7 @@
 # tests + the certification's long set hold), the state tile
 # (V2_STATE_TILE / V2_STATE_STAGES), KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md.
 set -uo pipefail
-step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8}
+step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8|llamacpp}
 : "${OUT:?OUT must name the output folder (the device tool sets it)}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=src:.:/tmp/site PYTHONUNBUFFERED=1
@@ -51,8 +52,31 @@ case "$step" in
       --profiles bf16,fp8,fp8+w8a8 --batch-slots 0 --ttft-chunks '' --long-cases 8 --long-seed 20261202 2>&1 \
       | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
     ;;
+  llamacpp)
+    # TARGETS.md's second control: llama.cpp built here with CUDA (sm_90) from tools/llama_cpp_sdist.sh's source
+    # (carry .whl-src too), in the background under setsid so a build longer than one call goes on while the
+    # machine is held (call this step again within the idle release); then the 27B GGUF exported to /dev/shm
+    # (--synth: no checkpoint on disk) and bench/llama_cpp_control.py, the same prompts as our engine's benches
+    site=/tmp/llamacuda log=/tmp/llamacuda.log
+    if ! PYTHONPATH=$site python3 -c "import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())" \
+        2>/dev/null; then
+      if ! pgrep -f "pip install.*llama_cpp_python" >/dev/null; then
+        setsid bash -c "CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=off -DLLAVA_BUILD=off' \
+          CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps --no-cache-dir \
+          --target $site .whl-src/llama_cpp_python-*-trimmed.tar.gz > $log 2>&1; echo rc=\$? >> $log" &
+      fi
+      for _ in $(seq 1 50); do   # up to ~8 min in this call
+        grep -q '^rc=' $log 2>/dev/null && break
+        sleep 10
+      done
+      tail -5 $log
+      grep -q '^rc=0' $log || { echo "llama.cpp CUDA build not finished (or failed): call this step again"; exit 3; }
+    fi
+    PYTHONPATH=src:.:/tmp/site:$site timeout 560 python3 bench/llama_cpp_control.py --out "$OUT/$step" \
+      --synth 27b --seed 0 --gguf-dir /dev/shm 2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
+    ;;
   *)
-    echo "unknown step $step: expected tests, kernels, ttft, cert or w8a8" >&2
+    echo "unknown step $step: expected tests, kernels, ttft, cert, w8a8 or llamacpp" >&2
     exit 2
     ;;
 esac
