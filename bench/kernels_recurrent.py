@@ -287,6 +287,11 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
         rows.append((f",fp16{tag}", {tt.PASS_PRECISION_ENV: "fp16"},
                      {"V2_STATE_TILE": tile, "V2_STATE_STAGES": stages}))
     rows.append((",fp16,outloop4-64-8-2", {tt.PASS_PRECISION_ENV: "fp16", tt.OUTPUT_LOOP_ENV: "4,64,8,2"}, {}))
+    # the state held transposed: offline sm_90 Triton runs its dots on mma.sync (M = BLOCK_V < 64, no wgmma)
+    rows += [(f",statet{tag}", {tt.STATE_T_ENV: "1", tt.PASS_PRECISION_ENV: prec},
+              {"V2_STATE_TILE": tile, "V2_STATE_STAGES": 2})
+             for tag, prec, tile in ((",w4", "tf32", (32, 4)), (",w8", "tf32", (32, 8)), (",fp16,w8", "fp16", (32, 8)),
+                                     (",fp16,16w8", "fp16", (16, 8)))]
     rows += [(f",outloop{loop.replace(',', '-')}", {tt.OUTPUT_LOOP_ENV: loop}, {}) for loop in OUTPUT_LOOPS]
     if T == 4096:
         rows += [(f",out{tile[0]}w{tile[1]}", {}, {"V2_OUTPUT_TILE": tile}) for tile in ((32, 4), (64, 8), (128, 8))]

@@ -83,6 +83,51 @@ def _chunk_state_kernel(
 
 
 @triton.jit
+def _chunk_state_t_kernel(
+    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr,
+    T, stride_kt,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """`_chunk_state_kernel` with the state held transposed (Sᵀ [BV, BK]) so each step's register operand is the
+    dots' A operand: Vnᵀ = Uᵀ − Sᵀ Wᵀ and Sᵀ ← e^{γ_C} Sᵀ + Vnᵀ (K̂ e^{γ_C−γ}). Hopper's wgmma takes A from
+    registers, so Sᵀ and Vnᵀ never go to shared memory (the plain kernel stages S, then Vn, as B operands every
+    chunk, each a store, a fence and a barrier on the serial chain), the way flash attention feeds P to P·V. Same
+    memory layouts and results (to summation order) as `_chunk_state_kernel`."""
+    pid_v = tl.program_id(0)
+    hv = tl.program_id(1)
+    hk = hv // HEAD_RATIO
+    n_chunks = (T + CHUNK - 1) // CHUNK
+    dk = tl.arange(0, BLOCK_K)
+    dv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    kmask = dk < DK
+    vmask = dv < DV
+    svmask = vmask[:, None] & kmask[None, :]
+    s_off = dv[:, None] + dk[None, :] * DV     # element (v, k) of Sᵀ is S[k, v]
+    s_ptrs = state_ptr + hv.to(tl.int64) * DK * DV + s_off
+    St = tl.load(s_ptrs, mask=svmask, other=0.0)  # [BV, BK] fp32
+    h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
+    for c0 in range(0, T, CHUNK):
+        tl.store(h_base + (c0 // CHUNK) * DK * DV, St.to(h_ptr.dtype.element_ty), mask=svmask)
+        ts = c0 + tl.arange(0, CHUNK)
+        tmask = ts < T
+        K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
+        rows = hv.to(tl.int64) * T + ts
+        last = tl.minimum(c0 + CHUNK, T) - 1
+        gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
+        gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+        gam = tl.where(tmask, gam, gam_c)
+        Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        ut_ptrs = u_ptr + rows[None, :] * DV + dv[:, None]     # Uᵀ [BV, C]
+        utmask = vmask[:, None] & tmask[None, :]
+        Ut = tl.load(ut_ptrs, mask=utmask, other=0.0)
+        Vnt = Ut - _mm(St, tl.trans(Wc), PRECISION)  # [BV, C]
+        tl.store(ut_ptrs, Vnt, mask=utmask)   # same program read these elements just above: no race
+        St = tl.exp(gam_c) * St + _mm(Vnt, K * tl.exp(gam_c - gam)[:, None], PRECISION)
+    tl.store(s_ptrs, St, mask=svmask)
+
+
+@triton.jit
 def _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v, T, n_chunks, stride_qt, stride_kt,
                        Hv, scale, HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):

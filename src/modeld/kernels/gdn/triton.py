@@ -29,7 +29,8 @@ from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
-from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel
+from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel,
+                                                  _chunk_state_t_kernel)
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
 from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs
 
@@ -100,6 +101,12 @@ OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # (`_chunk_kernels_v2.py`). Not timed yet (session 22). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16
 # spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs (the tf32x3
 # series dominates).
+# The state pass with the state held transposed (`_chunk_state_t_kernel`: its register operands become the dots'
+# A operands). Offline sm_90 Triton 3.6 then runs both dots on mma.sync, not wgmma (M = BLOCK_V < 64): (32, 8)
+# 180 registers tf32 / 128 fp16, shared memory 98 / 62 KB, no HGMMA. $MODELD_GDN_STATE_T=1 (read per call)
+# switches it on for an A/B; not timed yet (session 22).
+STATE_T_ENV = "MODELD_GDN_STATE_T"
+V2_STATE_T = False
 PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
 PASS_PRECISIONS = ("tf32", "ieee", "fp16")
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
@@ -157,6 +164,12 @@ def batch_tile() -> tuple[int, int]:
         raise KernelValueError(f"{BATCH_TILE_ENV}={text!r}: expected BLOCK_V,num_warps with BLOCK_V a power of two "
                                f"in 8..128 and num_warps 1, 2, 4 or 8")
     return block_v, warps
+
+
+def state_transposed() -> bool:
+    """Whether the v2 state pass holds the state transposed: $MODELD_GDN_STATE_T ("0" / "1") if set, else
+    V2_STATE_T. Raises KernelValueError."""
+    return env_choice(STATE_T_ENV, "1" if V2_STATE_T else "0", ("0", "1")) == "1"
 
 
 def pass_precision() -> str:
@@ -292,7 +305,8 @@ def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
                     device=o.device)
     common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision)
     bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
-    _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
+    state_kernel = _chunk_state_t_kernel if state_transposed() else _chunk_state_kernel
+    state_kernel[(triton.cdiv(Dv, bv), Hv)](
         k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
     loop = output_loop()
     if loop is not None:   # program p walks chunks p, p + P, ... (P programs per head and V-block)
