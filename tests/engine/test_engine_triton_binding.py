@@ -136,3 +136,40 @@ def test_checkpoints_inside_a_piece_on_the_triton_kernels(ckpt_dir, device):
         got, want = ck.arena[f"{j}:{n}"].float(), whole.state[n][0].float()
         err = float((got - want).abs().max())
         assert err <= 0.02 * float(want.abs().max()), (n, err)
+
+
+GDN_CANDIDATES = {   # the opt-in GDN prefill switches of session 22, alone and together
+    "fp16-passes": {"MODELD_GDN_PASS_PRECISION": "fp16"},
+    "output-loop": {"MODELD_GDN_OUTPUT_LOOP": "2,64,4,2"},
+    "fp16x3-series": {"MODELD_GDN_INV_PRECISION": "fp16x3"},
+    "state-transposed": {"MODELD_GDN_STATE_T": "1"},
+    "all": {"MODELD_GDN_PASS_PRECISION": "fp16", "MODELD_GDN_OUTPUT_LOOP": "2,64,4,2",
+            "MODELD_GDN_INV_PRECISION": "fp16x3", "MODELD_GDN_STATE_T": "1"},
+}
+
+
+@pytest.mark.parametrize("variant", ["all", *[pytest.param(v, marks=pytest.mark.gpu) for v in GDN_CANDIDATES
+                                               if v != "all"]])
+def test_gdn_candidates_through_the_engine(ckpt_dir, variant, monkeypatch):
+    """The GDN candidates inside the engine (interpreter on CPU for all four together; each alone on the H200):
+    a 128-token piece that checkpoints at 64 gives the whole piece's logits bit for bit (segments on the chunk grid),
+    and the logits stay near the reference binding's, same argmax."""
+    from engine_support import Qwen35Config, Qwen35Engine, SafetensorsDirSource
+    from modeld.models.qwen3_5.engine import EngineOptions
+
+    for name, value in GDN_CANDIDATES[variant].items():
+        monkeypatch.setenv(name, value)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    d = ckpt_dir("tiny")
+    cfg = Qwen35Config.from_file(d / "config.json")
+
+    def build(every, kernels):
+        opts = EngineOptions(capacity=160, prefill_chunk=128, checkpoint_every=every, checkpoints=2, use_graph=False)
+        return Qwen35Engine(cfg, SafetensorsDirSource(d), device, kernels=kernels, options=opts)
+
+    prompt = random_prompt(1024, 128, 41)
+    split = build(64, triton_kernels()).prefill(0, prompt).clone()
+    whole = build(128, triton_kernels()).prefill(0, prompt).clone()
+    assert torch.equal(split, whole)
+    ref = build(128, reference_kernels()).prefill(0, prompt).clone()
+    assert int(split.argmax()) == int(ref.argmax()) and float((split - ref).abs().max()) < 1.0
