@@ -42,6 +42,23 @@ def _mm(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk, kmask, DK: tl.constexpr,
+                       CHUNK: tl.constexpr):
+    """One chunk's inputs to the state update: (rows of [Hv, T] scratch, row mask, K̂ [C, BK], γ [C], γ_C,
+    W [C, BK]). Padded rows get γ = γ_C and zero K̂ / W."""
+    ts = c0 + tl.arange(0, CHUNK)
+    tmask = ts < T
+    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
+    rows = hv.to(tl.int64) * T + ts
+    last = tl.minimum(c0 + CHUNK, T) - 1
+    gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
+    gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+    gam = tl.where(tmask, gam, gam_c)
+    Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+    return rows, tmask, K, gam, gam_c, Wc
+
+
+@triton.jit
 def _chunk_state_kernel(
     k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr,
     T, stride_kt,
@@ -64,15 +81,8 @@ def _chunk_state_kernel(
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
     for c0 in range(0, T, CHUNK):
         tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ptr.dtype.element_ty), mask=svmask)
-        ts = c0 + tl.arange(0, CHUNK)
-        tmask = ts < T
-        K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
-        rows = hv.to(tl.int64) * T + ts
-        last = tl.minimum(c0 + CHUNK, T) - 1
-        gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
-        gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
-        gam = tl.where(tmask, gam, gam_c)
-        Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
+                                                            kmask, DK, CHUNK)
         u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
         umask = tmask[:, None] & vmask[None, :]
         Uc = tl.load(u_ptrs, mask=umask, other=0.0)
@@ -109,15 +119,8 @@ def _chunk_state_t_kernel(
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
     for c0 in range(0, T, CHUNK):
         tl.store(h_base + (c0 // CHUNK) * DK * DV, St.to(h_ptr.dtype.element_ty), mask=svmask)
-        ts = c0 + tl.arange(0, CHUNK)
-        tmask = ts < T
-        K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK]
-        rows = hv.to(tl.int64) * T + ts
-        last = tl.minimum(c0 + CHUNK, T) - 1
-        gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + last)
-        gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
-        gam = tl.where(tmask, gam, gam_c)
-        Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
+                                                            kmask, DK, CHUNK)
         ut_ptrs = u_ptr + rows[None, :] * DV + dv[:, None]     # Uᵀ [BV, C]
         utmask = vmask[:, None] & tmask[None, :]
         Ut = tl.load(ut_ptrs, mask=utmask, other=0.0)
