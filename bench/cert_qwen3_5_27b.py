@@ -57,7 +57,7 @@ profile ($OUT/cert-engine-qwen3_5-<config>-synthetic-<profile>.json). Exit 0 unl
     PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/cert_qwen3_5_27b.py --out $OUT
     dry run (CPU, reference kernels, ~20 s; OMP_NUM_THREADS=1 matters on a shared host):
     OMP_NUM_THREADS=1 PYTHONPATH=src:. python bench/cert_qwen3_5_27b.py --out /tmp/cert --device cpu --config tiny \
-        --ttft 16,32 --hf-probe 16 --steps 2 --new-tokens 4 --workers 2
+        --ttft 16,32 --hf-probe 16 --steps 2 --new-tokens 4 --workers 2 --long-cases 1 --long-prompt-len 64
 """
 
 from __future__ import annotations
