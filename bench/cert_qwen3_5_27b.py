@@ -72,18 +72,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _qwen_common as C  # noqa: E402
-from cert_rung6 import RUNG6_FACTOR, rung6_stage  # noqa: E402, F401  (the rung-6 gate and its stage)
+from cert_rung6 import RUNG6_FACTOR, VARIANTS, base_profile, rung6_stage  # noqa: E402, F401  (rung 6, variants)
 
 PROFILES = ("bf16", "fp8", "int4")
-# a variant runs a profile's engine with one kernel route switched for its stage: name -> (profile, FP8_PREFILL)
-VARIANTS = {"fp8+w8a8": ("fp8", "w8a8")}
-
-
-def base_profile(name: str) -> str:
-    """The weights profile a --profiles entry runs on ("fp8+w8a8" -> "fp8")."""
-    return VARIANTS.get(name, (name, None))[0]
-
-
 @contextlib.contextmanager
 def prefill_route(name: str):
     """Hold the variant's fp8 prefill route (linear.triton reads FP8_PREFILL at every launch) for one stage."""

@@ -36,6 +36,15 @@ LONG_RULE = ("on the long set: max |Δ|, mean |Δ| <= RUNG6_FACTOR x the bf16 en
              "flips <= RUNG6_FACTOR x max(1, the bf16 engine's count there)")
 
 
+# a variant runs a profile's engine with one kernel route switched for its stage: name -> (profile, FP8_PREFILL)
+VARIANTS = {"fp8+w8a8": ("fp8", "w8a8")}
+
+
+def base_profile(name: str) -> str:
+    """The weights profile a --profiles entry runs on ("fp8+w8a8" -> "fp8")."""
+    return VARIANTS.get(name, (name, None))[0]
+
+
 def long_gate(cmp: dict, noise: dict) -> dict:
     """LONG_RULE: `cmp` (other_flips of the quantized engine vs the dequantized HF on the long set) against
     `noise` (the bf16 engine vs HF there)."""
@@ -56,12 +65,11 @@ def rung6_stage(R, st, profile: str):
     from modeld.qualify.logit_compare import compare_logits, merge
 
     a, sw, res = R.args, st.swap, {"profile": profile}
-    weights = profile.split("+")[0]
     if sw.backup_cpu is None:
         t0 = time.perf_counter()
         res["backup"] = {"checksum": sw.backup(), "bytes": sw.nbytes, "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    res["swapped_tensors"] = sw.apply(weights)
+    res["swapped_tensors"] = sw.apply(base_profile(profile))
     res["swap_s"] = time.perf_counter() - t0
     res["swapped_checksum"] = sw.checksum()
     deq = C.hf_tf_logits(st.model, st.forced, st.dev)

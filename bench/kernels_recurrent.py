@@ -249,25 +249,23 @@ def bench_gdn_decode_rows(reps):
 
 @contextlib.contextmanager
 def _gdn_switched(env: dict | None = None, attrs: dict | None = None):
-    """One row's switches: environment variables and `modeld.kernels.gdn.triton` attributes, put back after."""
+    """One row's switches: environment variables (bench._env.env_set) and `modeld.kernels.gdn.triton`
+    attributes, put back after."""
+    from bench._env import env_set
     from modeld.kernels.gdn import triton as tt
 
-    env, attrs = env or {}, attrs or {}
-    saved_env = {k: os.environ.get(k) for k in env}
+    attrs = attrs or {}
     saved_attrs = {k: getattr(tt, k) for k in attrs}
-    os.environ.update(env)
-    for k, v in attrs.items():
-        setattr(tt, k, v)
-    try:
-        yield
-    finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for k, v in saved_attrs.items():
+    with contextlib.ExitStack() as stack:
+        for k, v in (env or {}).items():
+            stack.enter_context(env_set(k, v))
+        for k, v in attrs.items():
             setattr(tt, k, v)
+        try:
+            yield
+        finally:
+            for k, v in saved_attrs.items():
+                setattr(tt, k, v)
 
 
 def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:

@@ -49,19 +49,14 @@ def parse(argv):
 
 
 def export_synth(a) -> tuple[Path, dict]:
-    from modeld.convert.gguf_export import export
-    from modeld.convert.qwen3_5_spec import preset
-    from modeld.convert.synth_source import SynthCheckpoint
+    from modeld.convert.gguf_export import export, synth_checkpoint
 
     path = a.gguf_dir / f"synth-{a.synth}-seed{a.seed}-{a.outtype}.gguf"
     t0 = time.perf_counter()
     if path.exists():
         return path, {"path": str(path), "reused": True}
-    ckpt = SynthCheckpoint(preset(a.synth), a.seed, include_mtp=False)
-    try:
+    with synth_checkpoint(a.synth, a.seed) as ckpt:
         summary = export(ckpt, path, a.outtype)
-    finally:
-        ckpt.close()
     summary["seconds"] = time.perf_counter() - t0
     return path, summary
 
@@ -94,7 +89,7 @@ def measure(a, path: Path) -> dict:
     llm = llama_cpp.Llama(str(path), **kwargs)
     load_s = time.perf_counter() - t0
     vocab = llm.n_vocab()
-    res = {"gpu_offload": gpu, "params": {k: v for k, v in kwargs.items()}, "load_s": load_s, "vocab": vocab,
+    res = {"gpu_offload": gpu, "params": dict(kwargs), "load_s": load_s, "vocab": vocab,
            "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()}
     try:
         llm.reset()

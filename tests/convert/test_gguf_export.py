@@ -122,15 +122,9 @@ def test_bad_inputs(synth_ckpt, tmp_path):
 
 def test_synth_export_equals_the_written_checkpoints(synth_ckpt, tmp_path):
     """--synth generates the tensors `modeld synth` writes: the same GGUF bytes without the checkpoint on disk."""
-    from modeld.convert.qwen3_5_spec import preset
-    from modeld.convert.synth_source import SynthCheckpoint
-
     ge.export(ge.open_checkpoint(synth_ckpt("tiny", 0)), tmp_path / "disk.gguf", "bf16")
-    virtual = SynthCheckpoint(preset("tiny"), 0, include_mtp=False, workers=2)
-    try:
+    with ge.synth_checkpoint("tiny", 0, workers=2) as virtual:
         ge.export(virtual, tmp_path / "synth.gguf", "bf16")
-    finally:
-        virtual.close()
     assert (tmp_path / "disk.gguf").read_bytes() == (tmp_path / "synth.gguf").read_bytes()
 
 

@@ -7,10 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeld.kernels._testing import Tolerance, assert_close, cuda_available, poison, tolerance
+from modeld.kernels._testing import Tolerance, assert_close, poison
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.gdn import reference as ref
 from modeld.kernels.gdn import triton as tt
+
+from gdn_problem import CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_gdn, gdn_inputs
 
 # (N, Hk, Hv, Dk, Dv): N = T (prefill) or B (decode); 27B heads 16/48 of 128/128
 PREFILL_CPU = [(1, 1, 3, 32, 32), (63, 1, 2, 16, 16), (65, 2, 2, 32, 20), (7, 2, 6, 64, 100), (3, 1, 1, 128, 128),
@@ -20,106 +22,62 @@ PREFILL_GPU = [(1, 16, 48, 128, 128), (63, 16, 48, 128, 128), (500, 16, 48, 128,
 # v1 vs v2 chunked paths on the awkward lengths (chunk edges 63/64/65, one token, many chunks), GQA 1:3
 CHUNK_VERSION_CPU = [(1, 1, 3, 32, 32), (63, 1, 2, 16, 16), (64, 2, 2, 32, 20), (65, 1, 3, 16, 24),
                      (500, 1, 1, 16, 16)]
-# (case, decay): slow decay only up to T = 777, where tf32 dot error cannot yet pile up past the tf32 row
-CHUNK_VERSION_GPU = [((64, 16, 48, 128, 128), "fast"), ((500, 16, 48, 128, 128), "fast"),
-                     ((4096, 16, 48, 128, 128), "fast"), ((777, 3, 9, 96, 80), "fast"),
-                     ((500, 16, 48, 128, 128), "slow"), ((777, 3, 9, 96, 80), "slow")]
 DECODE_CPU = [(1, 2, 6, 128, 128), (3, 1, 3, 32, 48), (2, 2, 2, 20, 33)]
 DECODE_GPU = [(1, 16, 48, 128, 128), (8, 16, 48, 128, 128), (64, 16, 48, 128, 128), (5, 3, 9, 96, 80)]
 
 
-def _inputs(N, Hk, Hv, Dk, Dv, gen, device, decode, strided=True, slow_decay=False):
-    """Random inputs shaped like the model's: q/k/v as column slices of one conv output row
-    (strided=True) or as dense copies. The default gates decay by e^-1..e^-16 per token, so tokens
-    more than ~10 apart barely interact; slow_decay (|g| ≲ 0.1) makes cross-chunk and cross-sub-block
-    terms of the chunked algebra matter (a dropped term then fails the comparison)."""
-    C = 2 * Hk * Dk + Hv * Dv
-    mixed = torch.randn(N, C, generator=gen).bfloat16().to(device)
-    q = mixed[:, : Hk * Dk].view(N, Hk, Dk)
-    k = mixed[:, Hk * Dk : 2 * Hk * Dk].view(N, Hk, Dk)
-    v = mixed[:, 2 * Hk * Dk :].view(N, Hv, Dv)
-    if not strided:
-        q, k, v = q.clone(), k.clone(), v.clone()
-    a = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
-    b = (torch.randn(N, Hv, generator=gen) * 2).bfloat16().to(device)
-    A_log = torch.log(torch.rand(Hv, generator=gen) * 15 + 1).to(device)  # fp32, as checkpoints often keep it
-    if slow_decay:
-        A_log = torch.log(torch.rand(Hv, generator=gen) * 0.03 + 0.002).to(device)
-    dt_bias = (torch.randn(Hv, generator=gen) * 0.5).bfloat16().to(device)
-    shape = (N, Hv, Dk, Dv) if decode else (Hv, Dk, Dv)
-    state = (torch.randn(*shape, generator=gen) * 0.3).to(device)
-    return q, k, v, a, b, A_log, dt_bias, state
-
-
-def _check(fn_name, case, gen, device, strided=True, slow_decay=False):
-    """Triton `fn_name` vs the reference recurrence. The chunked prefill multiplies with tl.dot,
-    which runs in tf32 on the GPU: its state is compared with the table's tf32 row there."""
-    decode = fn_name == "gdn_decode"
-    *args, state = _inputs(*case, gen, device, decode, strided, slow_decay)
-    s_ref, s_tt = state.clone(), state.clone()
-    want = (ref.gdn_decode if decode else ref.gdn_prefill)(*args, s_ref)
-    got = getattr(tt, fn_name)(*args, s_tt)
-    assert_close(got, want)
-    tf32 = fn_name == "gdn_prefill" and cuda_available()
-    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
-
-
-def _ids(cases):
-    return [f"N{n}-Hk{hk}-Hv{hv}-Dk{dk}-Dv{dv}" for n, hk, hv, dk, dv in cases]
-
-
-@pytest.mark.parametrize("case", PREFILL_CPU, ids=_ids(PREFILL_CPU))
+@pytest.mark.parametrize("case", PREFILL_CPU, ids=case_ids(PREFILL_CPU))
 def test_prefill_matches_reference(case, gen, device):
-    _check("gdn_prefill", case, gen, device)
+    check_gdn("gdn_prefill", case, gen, device)
 
 
-@pytest.mark.parametrize("case", PREFILL_CPU[:3], ids=_ids(PREFILL_CPU[:3]))
+@pytest.mark.parametrize("case", PREFILL_CPU[:3], ids=case_ids(PREFILL_CPU[:3]))
 def test_recurrent_prefill_matches_reference(case, gen, device):
-    _check("_gdn_prefill_recurrent", case, gen, device)
+    check_gdn("_gdn_prefill_recurrent", case, gen, device)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", PREFILL_SLOW, ids=_ids(PREFILL_SLOW))
+@pytest.mark.parametrize("case", PREFILL_SLOW, ids=case_ids(PREFILL_SLOW))
 def test_prefill_long_matches_reference(case, gen, device):
-    _check("gdn_prefill", case, gen, device)
+    check_gdn("gdn_prefill", case, gen, device)
 
 
 @pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
 @pytest.mark.parametrize("strided", [True, False], ids=["strided", "dense"])
-@pytest.mark.parametrize("case", DECODE_CPU, ids=_ids(DECODE_CPU))
+@pytest.mark.parametrize("case", DECODE_CPU, ids=case_ids(DECODE_CPU))
 def test_decode_matches_reference(case, strided, version, gen, device, monkeypatch):
     monkeypatch.setenv(tt.DECODE_ENV, version)
-    _check("gdn_decode", case, gen, device, strided)
+    check_gdn("gdn_decode", case, gen, device, strided)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", PREFILL_GPU, ids=_ids(PREFILL_GPU))
+@pytest.mark.parametrize("case", PREFILL_GPU, ids=case_ids(PREFILL_GPU))
 def test_gpu_prefill(case, gen, device):
-    _check("gdn_prefill", case, gen, device)
+    check_gdn("gdn_prefill", case, gen, device)
 
 
 @pytest.mark.gpu
 def test_gpu_prefill_ieee_dots(gen, device, monkeypatch):
     """With exact fp32 dots the chunked prefill meets the plain fp32 row for the state."""
     monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
-    *args, state = _inputs(500, 16, 48, 128, 128, gen, device, decode=False)
+    *args, state = gdn_inputs(500, 16, 48, 128, 128, gen, device, decode=False)
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))
     assert_close(s_tt, s_ref, what="state")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", PREFILL_GPU[:3], ids=_ids(PREFILL_GPU[:3]))
+@pytest.mark.parametrize("case", PREFILL_GPU[:3], ids=case_ids(PREFILL_GPU[:3]))
 def test_gpu_recurrent_prefill(case, gen, device):
-    _check("_gdn_prefill_recurrent", case, gen, device)
+    check_gdn("_gdn_prefill_recurrent", case, gen, device)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
-@pytest.mark.parametrize("case", DECODE_GPU, ids=_ids(DECODE_GPU))
+@pytest.mark.parametrize("case", DECODE_GPU, ids=case_ids(DECODE_GPU))
 def test_gpu_decode(case, version, gen, device, monkeypatch):
     monkeypatch.setenv(tt.DECODE_ENV, version)
-    _check("gdn_decode", case, gen, device)
+    check_gdn("gdn_decode", case, gen, device)
 
 
 # v2 decode (`_gdn_decode_kernel`, one reduction level): the (BLOCK_V, num_warps) tiles the bench times,
@@ -136,11 +94,11 @@ def _use_decode_v2(monkeypatch, tile, volatile=True):
 
 
 @pytest.mark.parametrize("tile", [(4, 1), (16, 1), (32, 4)], ids=lambda t: f"bv{t[0]}w{t[1]}")
-@pytest.mark.parametrize("case", DECODE_V2_CPU, ids=_ids(DECODE_V2_CPU))
+@pytest.mark.parametrize("case", DECODE_V2_CPU, ids=case_ids(DECODE_V2_CPU))
 def test_decode_v2_tiles_slow_decay(case, tile, gen, device, monkeypatch):
     """v2 with a slowly decaying state (its old content dominates o): Dv % BLOCK_V != 0, GQA."""
     _use_decode_v2(monkeypatch, tile)
-    _check("gdn_decode", case, gen, device, slow_decay=True)
+    check_gdn("gdn_decode", case, gen, device, slow_decay=True)
 
 
 @pytest.mark.parametrize("version", tt.DECODE_VERSIONS)
@@ -149,7 +107,7 @@ def test_decode_activation_dtypes(dtype, version, gen, device, monkeypatch):
     """fp32 / fp16 activations: o is held to its own dtype's row (fp32: 1e-4), where v2's
     re-associated sums (o = e^g·Sᵀq̂ + δ·(k̂·q̂)) would show if they lost precision."""
     monkeypatch.setenv(tt.DECODE_ENV, version)
-    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 2, 4, 64, 48, gen, device, decode=True, slow_decay=True)
+    q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(2, 2, 4, 64, 48, gen, device, decode=True, slow_decay=True)
     args = [t.to(dtype) for t in (q, k, v, a, b)] + [A_log, dt_bias]
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_decode(*args, s_tt), ref.gdn_decode(*args, s_ref))
@@ -161,7 +119,7 @@ def test_decode_small_norm_eps(version, gen, device, monkeypatch):
     """q, k with Σx² ~ 1e-4 (fp32): the 1e-6 inside rsqrt(Σx² + 1e-6) moves o by ~0.4 %, so a kernel
     that drops or moves the eps fails here (at unit-scale inputs it is invisible)."""
     monkeypatch.setenv(tt.DECODE_ENV, version)
-    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 1, 2, 32, 24, gen, device, decode=True, slow_decay=True)
+    q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(2, 1, 2, 32, 24, gen, device, decode=True, slow_decay=True)
     args = [q.float() * 2e-3, k.float() * 2e-3, v.float(), a.float(), b.float(), A_log, dt_bias]
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_decode(*args, s_tt), ref.gdn_decode(*args, s_ref))
@@ -170,7 +128,7 @@ def test_decode_small_norm_eps(version, gen, device, monkeypatch):
 
 def test_decode_v2_differs_from_v1_only_by_rounding(gen, device, monkeypatch):
     """v1 and v2 compute the same products; outputs agree to bf16 rounding, states to fp32 order."""
-    *args, state = _inputs(2, 2, 4, 128, 100, gen, device, decode=True, slow_decay=True)
+    *args, state = gdn_inputs(2, 2, 4, 128, 100, gen, device, decode=True, slow_decay=True)
     s1, s2 = state.clone(), state.clone()
     monkeypatch.setenv(tt.DECODE_ENV, "v1")
     o1 = tt.gdn_decode(*args, s1)
@@ -187,7 +145,7 @@ class _V2Called(Exception):
 
 def test_decode_version_switch(gen, device, monkeypatch):
     """DECODE_KERNEL picks the kernel, $MODELD_GDN_DECODE overrides it per call, a bad value raises."""
-    *args, state = _inputs(1, 1, 2, 16, 16, gen, device, decode=True)
+    *args, state = gdn_inputs(1, 1, 2, 16, 16, gen, device, decode=True)
 
     def v2_marker(*a):
         raise _V2Called
@@ -212,7 +170,7 @@ def test_decode_v2_batch_tile_switch(gen, device, monkeypatch):
     monkeypatch.setenv(tt.DECODE_ENV, "v2")
     monkeypatch.setenv(tt.BATCH_TILE_ENV, "8,2")
     assert tt.batch_tile() == (8, 2)
-    _check("gdn_decode", (3, 2, 4, 64, 33), gen, device)
+    check_gdn("gdn_decode", (3, 2, 4, 64, 33), gen, device)
     monkeypatch.delenv(tt.BATCH_TILE_ENV)
     assert tt.batch_tile() == tt.V2_BATCH_TILE
     for bad in ("32", "24,2", "32,3", "a,b", "32,2,1"):
@@ -229,7 +187,7 @@ def test_gpu_decode_v2_tiles(tile, volatile, gen, device, monkeypatch):
     and on an odd shape, with slow decay."""
     _use_decode_v2(monkeypatch, tile, volatile)
     for case in ((1, 16, 48, 128, 128), (32, 16, 48, 128, 128), (3, 3, 9, 96, 80)):
-        _check("gdn_decode", case, gen, device, slow_decay=True)
+        check_gdn("gdn_decode", case, gen, device, slow_decay=True)
 
 
 @pytest.mark.gpu
@@ -240,10 +198,10 @@ def test_gpu_decode_v2_pdl(pdl, gen, device, monkeypatch):
     _use_decode_v2(monkeypatch, tt.V2_DECODE_TILE)
     monkeypatch.setattr(tt, "V2_PDL", pdl)
     for case in ((1, 16, 48, 128, 128), (32, 16, 48, 128, 128)):
-        _check("gdn_decode", case, gen, device, slow_decay=True)
+        check_gdn("gdn_decode", case, gen, device, slow_decay=True)
     if pdl != 1:
         return
-    q, k, v, a, b, A_log, dt_bias, state = _inputs(2, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
+    q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(2, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
     s_ref, s_tt = state[None].clone(), state[None].clone()
     for t in range(2):
         step = [x[t : t + 1] for x in (q, k, v, a, b)] + [A_log, dt_bias]
@@ -255,17 +213,17 @@ def test_gpu_decode_v2_pdl(pdl, gen, device, monkeypatch):
 
 @pytest.mark.parametrize("decay", ["fast", "slow"])
 @pytest.mark.parametrize("version", tt.CHUNK_VERSIONS)
-@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=_ids(CHUNK_VERSION_CPU))
+@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=case_ids(CHUNK_VERSION_CPU))
 def test_prefill_chunk_versions_match_reference(case, version, decay, gen, device, monkeypatch):
     """Both chunked paths ($MODELD_GDN_CHUNK) vs the reference, from a non-zero initial state."""
     monkeypatch.setenv(tt.CHUNK_ENV, version)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
 
 
 def test_prefill_v2_differs_from_v1_only_by_rounding(gen, device, monkeypatch):
     """v2 computes the same algebra as v1 with the same fp32 operands: outputs agree to the bf16
     rounding of the output and the states to fp32 accumulation order; the env var really switches."""
-    *args, state = _inputs(130, 2, 4, 32, 16, gen, device, decode=False, slow_decay=True)
+    *args, state = gdn_inputs(130, 2, 4, 32, 16, gen, device, decode=False, slow_decay=True)
     s1, s2 = state.clone(), state.clone()
     monkeypatch.setenv(tt.CHUNK_ENV, "v1")
     o1 = tt.gdn_prefill(*args, s1)
@@ -283,193 +241,16 @@ def test_prefill_v2_variants_match_reference(prep, out_tile, gen, device, monkey
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
     monkeypatch.setattr(tt, "V2_OUTPUT_TILE", out_tile)
-    _check("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
-
-
-@pytest.mark.parametrize("loop", ["1,64,4,1", "2:32:4:2", "3,128,8,2"], ids=["c1-out64", "c2-out32-s2", "c3-out128"])
-@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16)], ids=_ids([(70, 2, 6, 64, 100),
-                                                                                      (300, 1, 2, 32, 16)]))
-def test_prefill_v2_output_loop_matches_reference(case, loop, gen, device, monkeypatch):
-    """The output pass with a chunk loop ($MODELD_GDN_OUTPUT_LOOP): programs walking 1-3 chunks each; 300 tokens are
-    5 chunks (the last one partial), so with 2 or 3 chunks per program the programs walk unequal counts; Dv not a
-    power of 2."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
-    _check("gdn_prefill", case, gen, device, slow_decay=True)
-
-
-def test_output_loop_is_the_one_chunk_kernel_bit_for_bit(gen, device, monkeypatch):
-    """The loop kernel runs the same body per chunk: the same bits as the one-chunk kernel at the same tile."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    *args, state = _inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
-    outs = []
-    for loop in ("0", "2,64,4,1"):
-        monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
-        s = state.clone()
-        outs.append((tt.gdn_prefill(*args, s), s))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-
-
-@pytest.mark.parametrize("text", ["4,64", "0,64,4,2", "4,48,4,2", "4,64,2,2", "4,64,4,4", "x"])
-def test_output_loop_env_rejects_bad_values(text, monkeypatch):
-    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, text)
-    with pytest.raises(KernelValueError, match=tt.OUTPUT_LOOP_ENV):
-        tt.output_loop()
-
-
-def _check_tf32_rounded(case, gen, device, slow_decay=True):
-    """gdn_prefill vs the reference where the kernel rounds dot operands to 10 mantissa bits on every device (the fp16
-    passes): the output at bf16's row (the 10-bit products stay below the output's own rounding), the state at the
-    tf32 row on the CPU too."""
-    *args, state = _inputs(*case, gen, device, False, True, slow_decay)
-    s_ref, s_tt = state.clone(), state.clone()
-    want = ref.gdn_prefill(*args, s_ref)
-    got = tt.gdn_prefill(*args, s_tt)
-    assert_close(got, want)
-    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=True), what="state")
-
-
-@pytest.mark.parametrize("loop", ["0", "2,64,4,2"], ids=["one-chunk", "loop"])
-@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)],
-                         ids=_ids([(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]))
-def test_prefill_v2_fp16_passes_match_reference(case, loop, gen, device, monkeypatch):
-    """$MODELD_GDN_PASS_PRECISION=fp16: the state and output passes multiply fp16-rounded operands and keep the
-    chunk-start states in fp16; within tf32's tolerance of the fp32 reference (one- and multi-chunk programs)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
-    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
-    _check_tf32_rounded(case, gen, device)
+    check_gdn("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
 
 
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
-def test_prefill_v2_fp16_passes_every_prep(prep, gen, device, monkeypatch):
-    """Every prep stores its W into the fp16 scratch the fp16 passes allocate (the store rounds it)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
-    monkeypatch.setenv(tt.PREP_ENV, prep)
-    _check_tf32_rounded((150, 1, 2, 32, 16), gen, device)
-
-
-@pytest.mark.parametrize("case", [(150, 1, 2, 32, 16), (130, 2, 4, 128, 128)], ids=_ids([(150, 1, 2, 32, 16),
-                                                                                      (130, 2, 4, 128, 128)]))
-def test_product_prep_fp16x3_series(case, gen, device, monkeypatch):
-    """$MODELD_GDN_INV_PRECISION=fp16x3: the inverse series from fp16 head + tail products holds the fp32 reference
-    on near-parallel keys with β ≈ 1 (Ld's powers up to ~6e3: fp16's range, and the tail's bits, are what is tested;
-    the interpreter multiplies fp16 exactly, so this is the split's own precision) and on ordinary inputs."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PREP_ENV, "product")
-    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
-    _check_correlated(case, gen, device, tf32=True)
-    _check_tf32_rounded(case, gen, device)
-
-
-def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):
-    """The tail products matter: on near-parallel keys the fp16x3 series stays near the exact (ieee) series, where
-    the head products alone miss it by the state's own size."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PREP_ENV, "product")
-    *args, state = _inputs(150, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
-    args = _correlated(args, gen)
-    states = {}
-    for inv in ("ieee", "fp16x3"):
-        monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
-        s = state.clone()
-        tt.gdn_prefill(*args, s)
-        states[inv] = s
-    # relative to the state's largest entry, 12 seeds on the interpreter: fp16x3 1.8e-5 .. 1.04e-4; the head products
-    # alone (tails dropped) 0.13 .. 3.4. 1e-3 sits a decade from each.
-    err = (states["fp16x3"] - states["ieee"]).abs().max().item()
-    assert err < 1e-3 * states["ieee"].abs().max().item()
-
-
-@pytest.mark.parametrize("precision", ["tf32", "fp16"])
-@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)],
-                         ids=_ids([(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]))
-def test_prefill_v2_transposed_state_matches_reference(case, precision, gen, device, monkeypatch):
-    """$MODELD_GDN_STATE_T=1: the state pass holding Sᵀ, with fp32 (tf32 on the GPU) and fp16 operands; Dv not a
-    power of 2 and a partial last chunk."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.STATE_T_ENV, "1")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
-    if precision == "fp16":
-        _check_tf32_rounded(case, gen, device)
-    else:
-        _check("gdn_prefill", case, gen, device, slow_decay=True)
-
-
-def test_transposed_state_really_switches(gen, device, monkeypatch):
-    """Same algebra, other summation order: the fp32 states differ in the last bits only (ieee on every device)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
-    *args, state = _inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
-    outs = {}
-    for flag in ("0", "1"):
-        monkeypatch.setenv(tt.STATE_T_ENV, flag)
-        s = state.clone()
-        tt.gdn_prefill(*args, s)
-        outs[flag] = s
-    assert_close(outs["1"], outs["0"], tol=tolerance(torch.float32), what="state")
-    monkeypatch.setenv(tt.STATE_T_ENV, "2")
-    with pytest.raises(KernelValueError, match=tt.STATE_T_ENV):
-        tt.gdn_prefill(*args, state.clone())
-
-
-def test_fp16_passes_really_switch(gen, device, monkeypatch):
-    """The switch reaches the kernels: fp16 passes differ from the fp32 ones (ieee on every device) in the low bits,
-    and by no more than the 10-bit rounding."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    *args, state = _inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
-    outs = {}
-    for precision in ("ieee", "fp16"):
-        monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
-        s = state.clone()
-        outs[precision] = (tt.gdn_prefill(*args, s), s)
-    assert not torch.equal(outs["ieee"][1], outs["fp16"][1])
-    assert_close(outs["fp16"][1], outs["ieee"][1], tol=tolerance(torch.float32, tf32=True), what="state")
-
-
-def test_pass_precision_env_rejects_bad_values(monkeypatch):
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "bf16")
-    with pytest.raises(KernelValueError, match=tt.PASS_PRECISION_ENV):
-        tt.pass_precision()
-
-
-def _correlated(args, gen, spread=0.05):
-    """The inputs with keys close to one direction (k̂ᵢ·k̂ⱼ ≈ 1) and β ≈ 1: strictly lower L has entries near 1,
-    so the powers in the product prep's series grow to ~1e3 (its tf32 failure mode) and (I + L)⁻¹ is far from I."""
-    q, k, v, a, b, A_log, dt_bias = args
-    base = torch.randn(1, k.shape[1], k.shape[2], generator=gen)
-    k = (base + spread * torch.randn(k.shape, generator=gen)).to(k.dtype).to(k.device)
-    b = (torch.rand(b.shape, generator=gen) * 2 + 4).to(b.dtype).to(b.device)
-    return q, k, v, a, b, A_log, dt_bias
-
-
-@pytest.mark.parametrize("prep", tt.PREP_KINDS)
-@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=_ids(CHUNK_VERSION_CPU))
+@pytest.mark.parametrize("case", CHUNK_VERSION_CPU, ids=case_ids(CHUNK_VERSION_CPU))
 def test_prefill_v2_preps_match_reference_slow_decay(case, prep, gen, device, monkeypatch):
     """Every prep ($MODELD_GDN_PREP) under v2, from a non-zero state, with cross-sub-block terms that matter."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
-    _check("gdn_prefill", case, gen, device, slow_decay=True)
-
-
-def _check_correlated(case, gen, device, tf32=None):
-    """Near-parallel keys; the state at the tf32 row on the GPU (or where `tf32` says: the fp16 passes round on the
-    CPU too)."""
-    *args, state = _inputs(*case, gen, device, decode=False, slow_decay=True)
-    args = _correlated(args, gen)
-    s_ref, s_tt = state.clone(), state.clone()
-    want = ref.gdn_prefill(*args, s_ref)
-    assert_close(tt.gdn_prefill(*args, s_tt), want)
-    tf32 = cuda_available() if tf32 is None else tf32
-    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
-
-
-def test_prefill_v2_fp16_passes_correlated_keys(gen, device, monkeypatch):
-    """The fp16 passes on near-parallel keys with β ≈ 1 (W's rows grow there: fp16's range, not its mantissa)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
-    _check_correlated((150, 1, 2, 32, 16), gen, device, tf32=True)
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=True)
 
 
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
@@ -477,25 +258,22 @@ def test_prefill_v2_preps_correlated_keys(prep, gen, device, monkeypatch):
     """Near-parallel keys with β ≈ 1 (the inverse's hard case) through every prep; two full chunks and a tail."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
-    _check_correlated((150, 1, 2, 32, 16), gen, device)
+    check_correlated((150, 1, 2, 32, 16), gen, device)
 
 
 def test_prefill_bad_prep_raises(gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, "lu")
-    *args, state = _inputs(3, 1, 1, 16, 16, gen, device, decode=False)
+    *args, state = gdn_inputs(3, 1, 1, 16, 16, gen, device, decode=False)
     with pytest.raises(KernelValueError, match="MODELD_GDN_PREP"):
         tt.gdn_prefill(*args, state)
 
 
 def test_prefill_bad_chunk_version_raises(gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v3")
-    *args, state = _inputs(3, 1, 1, 16, 16, gen, device, decode=False)
+    *args, state = gdn_inputs(3, 1, 1, 16, 16, gen, device, decode=False)
     with pytest.raises(KernelValueError, match="MODELD_GDN_CHUNK"):
         tt.gdn_prefill(*args, state)
-
-
-CHUNK_VERSION_GPU_IDS = [f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHUNK_VERSION_GPU]), CHUNK_VERSION_GPU)]
 
 
 @pytest.mark.gpu
@@ -504,7 +282,7 @@ CHUNK_VERSION_GPU_IDS = [f"{i}-{d}" for i, (_, d) in zip(_ids([c for c, _ in CHU
                          ids=CHUNK_VERSION_GPU_IDS)
 def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, version)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
 
 
 @pytest.mark.gpu
@@ -514,65 +292,7 @@ def test_gpu_prefill_chunk_versions(case, decay, version, gen, device, monkeypat
 def test_gpu_prefill_v2_preps(case, decay, prep, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
-
-
-OUTPUT_LOOPS_GPU = ["4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1"]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["tf32", "fp16"])
-@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=CHUNK_VERSION_GPU_IDS)
-def test_gpu_transposed_state(case, decay, precision, gen, device, monkeypatch):
-    """The transposed state pass at 27B sizes (tf32 and fp16 operands), and on correlated keys."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.STATE_T_ENV, "1")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
-    _check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
-    if case == (500, 16, 48, 128, 128) and decay == "fast":
-        _check_correlated(case, gen, device, tf32=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=CHUNK_VERSION_GPU_IDS)
-def test_gpu_product_prep_fp16x3_series(case, decay, warps, gen, device, monkeypatch):
-    """The product prep's series from fp16 head + tail products at 27B sizes, and on correlated keys."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PREP_ENV, "product")
-    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
-    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", warps)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
-    if case == (500, 16, 48, 128, 128) and decay == "fast":
-        _check_correlated(case, gen, device)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("loop", ["0", "4,64,8,2"], ids=["one-chunk", "loop"])
-@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=CHUNK_VERSION_GPU_IDS)
-def test_gpu_fp16_passes(case, decay, loop, gen, device, monkeypatch):
-    """$MODELD_GDN_PASS_PRECISION=fp16 at 27B sizes, against the fp32 reference at the tf32 row, and on correlated
-    keys (large W rows: fp16's range is the risk there, not its mantissa)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
-    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
-    _check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
-    if case == (500, 16, 48, 128, 128) and decay == "fast":
-        _check_correlated(case, gen, device, tf32=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("loop", OUTPUT_LOOPS_GPU)
-@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
-                         ids=CHUNK_VERSION_GPU_IDS)
-def test_gpu_output_loop(case, decay, loop, gen, device, monkeypatch):
-    """The output pass's chunk loop at the tiles bench/kernels_recurrent.py times (27B heads and awkward ones)."""
-    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
-    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
 
 
 @pytest.mark.gpu
@@ -584,13 +304,13 @@ def test_gpu_product_prep_at_8_warps(case, decay, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, "product")
     monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", 8)
-    _check("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
     if case == (500, 16, 48, 128, 128) and decay == "fast":
-        _check_correlated(case, gen, device)
+        check_correlated(case, gen, device)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("prep", tt.PREP_KINDS)
-@pytest.mark.parametrize("case", [(500, 16, 48, 128, 128), (777, 3, 9, 96, 80)], ids=_ids([(500, 16, 48, 128, 128),
+@pytest.mark.parametrize("case", [(500, 16, 48, 128, 128), (777, 3, 9, 96, 80)], ids=case_ids([(500, 16, 48, 128, 128),
                                                                                          (777, 3, 9, 96, 80)]))
 def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypatch, request):
     """The product prep's series in tf32x3 holds the tf32 row where plain tf32 would not (27B heads). v1's 63-step
@@ -602,7 +322,7 @@ def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypat
         request.applymarker(pytest.mark.xfail(strict=True, reason="v1 prep: ~2x the tf32 state row (H200 s21)"))
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
-    _check_correlated(case, gen, device)
+    check_correlated(case, gen, device)
 
 
 @pytest.mark.gpu
@@ -610,7 +330,7 @@ def test_gpu_prefill_v2_ieee_dots(gen, device, monkeypatch):
     """v2 with exact fp32 dots meets the plain fp32 row for the state at 27B heads."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
-    *args, state = _inputs(500, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
+    *args, state = gdn_inputs(500, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))
     assert_close(s_tt, s_ref, what="state")
@@ -619,7 +339,7 @@ def test_gpu_prefill_v2_ieee_dots(gen, device, monkeypatch):
 @pytest.mark.parametrize("slow_decay", [False, True], ids=["fast", "slow"])
 @pytest.mark.parametrize("T", [1, 63, 64, 65, 200])
 def test_chunked_reference_matches_loop(T, slow_decay, gen):
-    *args, state = _inputs(T, 2, 4, 32, 24, gen, "cpu", decode=False, slow_decay=slow_decay)
+    *args, state = gdn_inputs(T, 2, 4, 32, 24, gen, "cpu", decode=False, slow_decay=slow_decay)
     s_loop, s_chunk = state.clone(), state.clone()
     o_loop = ref.gdn_prefill(*args, s_loop)
     o_chunk = ref.gdn_prefill_chunked(*args, s_chunk)
@@ -636,7 +356,7 @@ def test_prefill_then_decode_equals_one_prefill(gen):
     state 1.2e-7 absolute, outputs bit-equal; the test allows 1e-6 and one bf16 ulp.
     """
     T = 9
-    q, k, v, a, b, A_log, dt_bias, state = _inputs(T, 1, 2, 16, 16, gen, "cpu", decode=False)
+    q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(T, 1, 2, 16, 16, gen, "cpu", decode=False)
     s_full = state.clone()
     o_full = ref.gdn_prefill(q, k, v, a, b, A_log, dt_bias, s_full)
     s = state.clone()
@@ -675,7 +395,7 @@ def _hf_recurrent(q, k, v, a, b, A_log, dt_bias, state):
 
 
 def test_reference_matches_hf_recurrence(gen):
-    *args, state = _inputs(11, 2, 6, 32, 16, gen, "cpu", decode=False)
+    *args, state = gdn_inputs(11, 2, 6, 32, 16, gen, "cpu", decode=False)
     want_o, want_s = _hf_recurrent(*args, state)
     s = state.clone()
     o = ref.gdn_prefill(*args, s)
@@ -687,7 +407,7 @@ def test_reference_matches_hf_recurrence(gen):
 def test_decode_output_overwrites_poison(version, gen, device, monkeypatch):
     """A NaN in the state poisons the outputs that read it: proves outputs come from the state."""
     monkeypatch.setenv(tt.DECODE_ENV, version)
-    *args, state = _inputs(2, 1, 2, 16, 16, gen, device, decode=True)
+    *args, state = gdn_inputs(2, 1, 2, 16, 16, gen, device, decode=True)
     poison(state[1])
     out = tt.gdn_decode(*args, state)
     assert torch.isfinite(out[0]).all() and torch.isnan(out[1].float()).all()
@@ -695,7 +415,7 @@ def test_decode_output_overwrites_poison(version, gen, device, monkeypatch):
 
 @pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
 def test_bad_inputs_raise(impl, gen, device):
-    q, k, v, a, b, A_log, dt_bias, state = _inputs(3, 2, 4, 16, 16, gen, device, decode=False)
+    q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(3, 2, 4, 16, 16, gen, device, decode=False)
     with pytest.raises(KernelDtypeError):
         impl.gdn_prefill(q, k, v, a, b, A_log, dt_bias, state.bfloat16())
     with pytest.raises(KernelShapeError):
@@ -714,5 +434,5 @@ def test_gpu_random_shapes(gen, device):
         Hk = int(torch.randint(1, 5, (1,), generator=gen))
         Hv = Hk * int(torch.randint(1, 4, (1,), generator=gen))
         Dk, Dv = (int(torch.randint(8, 257, (1,), generator=gen)) for _ in range(2))
-        _check("gdn_prefill", (int(torch.randint(1, 1500, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
-        _check("gdn_decode", (int(torch.randint(1, 40, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
+        check_gdn("gdn_prefill", (int(torch.randint(1, 1500, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
+        check_gdn("gdn_decode", (int(torch.randint(1, 40, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)

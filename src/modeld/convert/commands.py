@@ -8,6 +8,7 @@ A `ModeldError` escapes to the caller (cli.py prints it as one line and exits 2)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -288,7 +289,7 @@ def _export_gguf_parser() -> argparse.ArgumentParser:
 
 def export_gguf_main(argv: list[str]) -> int:
     """Export SOURCE (or --synth) to a qwen35 GGUF with a progress bar; prints a JSON summary. Raises ModeldError."""
-    from modeld.convert.gguf_export import GGUFExportError, export, open_checkpoint, plan
+    from modeld.convert.gguf_export import GGUFExportError, export, open_checkpoint, plan, synth_checkpoint
     from modeld.convert.progress import byte_progress
 
     p = _export_gguf_parser()
@@ -296,20 +297,12 @@ def export_gguf_main(argv: list[str]) -> int:
     if (args.source is None) == (args.synth is None):
         raise GGUFExportError("give a checkpoint directory or --synth PRESET (one of them)")
     t0 = time.perf_counter()
-    if args.synth:
-        from modeld.convert.qwen3_5_spec import preset
-        from modeld.convert.synth_source import SynthCheckpoint
-
-        ckpt = SynthCheckpoint(preset(args.synth), args.seed, include_mtp=False, workers=args.workers)
-    else:
-        ckpt = open_checkpoint(args.source)
-    try:
+    source = (synth_checkpoint(args.synth, args.seed, args.workers) if args.synth
+              else contextlib.nullcontext(open_checkpoint(args.source)))
+    with source as ckpt:
         _, todo = plan(ckpt)
         with byte_progress(f"export-gguf {args.output.name}", sum(math.prod(s) for _, s in todo)) as sink:
             summary = export(ckpt, args.output, args.outtype, overwrite=args.force, progress=sink)
-    finally:
-        if hasattr(ckpt, "close"):
-            ckpt.close()
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(summary, indent=2))
     return 0

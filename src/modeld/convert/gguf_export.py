@@ -23,6 +23,7 @@ Tensors are written as F32, F16 or BF16 (`--outtype`); llama.cpp's own quantizer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -162,8 +163,8 @@ def transform(name: str, t, hp: Qwen35Hparams):
     return name, t
 
 
-def _tokenizer(ckpt) -> tuple[list[str], list[int], list[str], dict]:
-    """(tokens by id, token types, merges, the tokenizer.json) of the checkpoint's byte-level BPE tokenizer."""
+def _tokenizer(ckpt) -> tuple[list[str], list[int], list[str]]:
+    """(tokens by id, token types, merges) of the checkpoint's byte-level BPE tokenizer."""
     import gguf
 
     raw = ckpt.file_bytes("tokenizer.json")
@@ -186,7 +187,7 @@ def _tokenizer(ckpt) -> tuple[list[str], list[int], list[str], dict]:
     for i, a in added.items():
         types[i] = gguf.TokenType.CONTROL if a.get("special") else gguf.TokenType.USER_DEFINED
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    return tokens, [int(t) for t in types], merges, tj
+    return tokens, [int(t) for t in types], merges
 
 
 def _model_name(ckpt) -> str:
@@ -211,6 +212,20 @@ def open_checkpoint(source: str | os.PathLike):
         return HFCheckpoint(folder)
     except SourceFormatError as exc:
         raise GGUFExportError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def synth_checkpoint(preset_name: str, seed: int, workers: int | None = None):
+    """The text tensors of `modeld synth --config PRESET --seed N`, generated on the fly (synth_source), for
+    `plan` / `export`; its generator pool is stopped on exit."""
+    from modeld.convert.qwen3_5_spec import preset
+    from modeld.convert.synth_source import SynthCheckpoint
+
+    ckpt = SynthCheckpoint(preset(preset_name), seed, include_mtp=False, workers=workers)
+    try:
+        yield ckpt
+    finally:
+        ckpt.close()
 
 
 def plan(ckpt) -> tuple[Qwen35Hparams, list[tuple[str, tuple[int, ...]]]]:
@@ -242,7 +257,7 @@ def export(ckpt, out: str | os.PathLike, outtype: str = "f32", *, overwrite: boo
         raise GGUFExportError(f"{out} exists (pass --force to replace it)")
     config = ckpt.config
     hp, todo = plan(ckpt)
-    tokens, types, merges, tj = _tokenizer(ckpt)
+    tokens, types, merges = _tokenizer(ckpt)
     if len(tokens) > hp.vocab:
         raise GGUFExportError(f"tokenizer has {len(tokens)} ids, the model's vocab is {hp.vocab}")
     tokens += [f"[PAD{i}]" for i in range(len(tokens), hp.vocab)]

@@ -263,8 +263,8 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     # allocated per call: callers prefill long prompts in pieces (the state carries over exactly). With the fp16
     # passes W is stored in fp16 (the prep's store rounds it): the state pass only multiplies it, in fp16. U stays
     # fp32: Vn = U − W S can cancel, so U's rounding would not be relative to Vn.
-    fp16_w = version == "v2" and pass_precision() == "fp16"
-    w = torch.empty((Hv, T, Dk), dtype=torch.float16 if fp16_w else torch.float32, device=v.device)
+    precision = pass_precision() if version == "v2" else DOT_PRECISION
+    w = torch.empty((Hv, T, Dk), dtype=torch.float16 if precision == "fp16" else torch.float32, device=v.device)
     u = torch.empty((Hv, T, Dv), dtype=torch.float32, device=v.device)
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
@@ -281,7 +281,7 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
     if version == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv)
+        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision)
         return o
     block_v = min(32, block_dv)
     _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
@@ -293,14 +293,13 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     return o
 
 
-def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv):
+def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision):
     """State pass then output pass (`_chunk_kernels_v2.py`) after the prep. Mutates u (U → Vn),
     state (initial → final) and o."""
     T, Hk, Dk = q.shape
     Hv, Dv = o.shape[1], o.shape[2]
     n_chunks = triton.cdiv(T, CHUNK)
     # fp32 chunk-start states [Hv, chunks, Dk, Dv] (27B, T = 8192: 403 MB), see the kernels' docstring
-    precision = pass_precision()
     h = torch.empty((Hv, n_chunks, Dk, Dv), dtype=torch.float16 if precision == "fp16" else torch.float32,
                     device=o.device)
     common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision)

@@ -1,0 +1,233 @@
+"""The opt-in Gated DeltaNet prefill variants of session 22 against the reference (and each other): the output pass's
+chunk loop ($MODELD_GDN_OUTPUT_LOOP), fp16 operands in the state / output passes ($MODELD_GDN_PASS_PRECISION), the
+product prep's fp16x3 series ($MODELD_GDN_INV_PRECISION) and the transposed state pass ($MODELD_GDN_STATE_T)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modeld.kernels._testing import assert_close, tolerance
+from modeld.kernels.errors import KernelValueError
+from modeld.kernels.gdn import triton as tt
+
+from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_gdn,
+                         check_tf32_rounded, correlated, gdn_inputs)
+
+
+@pytest.mark.parametrize("loop", ["1,64,4,1", "2:32:4:2", "3,128,8,2"], ids=["c1-out64", "c2-out32-s2", "c3-out128"])
+@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16)], ids=case_ids([(70, 2, 6, 64, 100),
+                                                                                      (300, 1, 2, 32, 16)]))
+def test_prefill_v2_output_loop_matches_reference(case, loop, gen, device, monkeypatch):
+    """The output pass with a chunk loop ($MODELD_GDN_OUTPUT_LOOP): programs walking 1-3 chunks each; 300 tokens are
+    5 chunks (the last one partial), so with 2 or 3 chunks per program the programs walk unequal counts; Dv not a
+    power of 2."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=True)
+
+
+
+def test_output_loop_is_the_one_chunk_kernel_bit_for_bit(gen, device, monkeypatch):
+    """The loop kernel runs the same body per chunk: the same bits as the one-chunk kernel at the same tile."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = []
+    for loop in ("0", "2,64,4,1"):
+        monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+        s = state.clone()
+        outs.append((tt.gdn_prefill(*args, s), s))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+
+@pytest.mark.parametrize("text", ["4,64", "0,64,4,2", "4,48,4,2", "4,64,2,2", "4,64,4,4", "x"])
+def test_output_loop_env_rejects_bad_values(text, monkeypatch):
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, text)
+    with pytest.raises(KernelValueError, match=tt.OUTPUT_LOOP_ENV):
+        tt.output_loop()
+
+
+
+@pytest.mark.parametrize("loop", ["0", "2,64,4,2"], ids=["one-chunk", "loop"])
+@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)],
+                         ids=case_ids([(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]))
+def test_prefill_v2_fp16_passes_match_reference(case, loop, gen, device, monkeypatch):
+    """$MODELD_GDN_PASS_PRECISION=fp16: the state and output passes multiply fp16-rounded operands and keep the
+    chunk-start states in fp16; within tf32's tolerance of the fp32 reference (one- and multi-chunk programs)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    check_tf32_rounded(case, gen, device)
+
+
+
+@pytest.mark.parametrize("prep", tt.PREP_KINDS)
+def test_prefill_v2_fp16_passes_every_prep(prep, gen, device, monkeypatch):
+    """Every prep stores its W into the fp16 scratch the fp16 passes allocate (the store rounds it)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    check_tf32_rounded((150, 1, 2, 32, 16), gen, device)
+
+
+
+@pytest.mark.parametrize("case", [(150, 1, 2, 32, 16), (130, 2, 4, 128, 128)], ids=case_ids([(150, 1, 2, 32, 16),
+                                                                                      (130, 2, 4, 128, 128)]))
+def test_product_prep_fp16x3_series(case, gen, device, monkeypatch):
+    """$MODELD_GDN_INV_PRECISION=fp16x3: the inverse series from fp16 head + tail products holds the fp32 reference
+    on near-parallel keys with β ≈ 1 (Ld's powers up to ~6e3: fp16's range, and the tail's bits, are what is tested;
+    the interpreter multiplies fp16 exactly, so this is the split's own precision) and on ordinary inputs."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
+    check_correlated(case, gen, device, tf32=True)
+    check_tf32_rounded(case, gen, device)
+
+
+
+def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):
+    """The tail products matter: on near-parallel keys the fp16x3 series stays near the exact (ieee) series, where
+    the head products alone miss it by the state's own size."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    *args, state = gdn_inputs(150, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
+    args = correlated(args, gen)
+    states = {}
+    for inv in ("ieee", "fp16x3"):
+        monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
+        s = state.clone()
+        tt.gdn_prefill(*args, s)
+        states[inv] = s
+    # relative to the state's largest entry, 12 seeds on the interpreter: fp16x3 1.8e-5 .. 1.04e-4; the head products
+    # alone (tails dropped) 0.13 .. 3.4. 1e-3 sits a decade from each.
+    err = (states["fp16x3"] - states["ieee"]).abs().max().item()
+    assert err < 1e-3 * states["ieee"].abs().max().item()
+
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+@pytest.mark.parametrize("case", [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)],
+                         ids=case_ids([(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]))
+def test_prefill_v2_transposed_state_matches_reference(case, precision, gen, device, monkeypatch):
+    """$MODELD_GDN_STATE_T=1: the state pass holding Sᵀ, with fp32 (tf32 on the GPU) and fp16 operands; Dv not a
+    power of 2 and a partial last chunk."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_T_ENV, "1")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
+    if precision == "fp16":
+        check_tf32_rounded(case, gen, device)
+    else:
+        check_gdn("gdn_prefill", case, gen, device, slow_decay=True)
+
+
+
+def test_transposed_state_really_switches(gen, device, monkeypatch):
+    """Same algebra, other summation order: the fp32 states differ in the last bits only (ieee on every device)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tt.STATE_T_ENV, flag)
+        s = state.clone()
+        tt.gdn_prefill(*args, s)
+        outs[flag] = s
+    assert_close(outs["1"], outs["0"], tol=tolerance(torch.float32), what="state")
+    monkeypatch.setenv(tt.STATE_T_ENV, "2")
+    with pytest.raises(KernelValueError, match=tt.STATE_T_ENV):
+        tt.gdn_prefill(*args, state.clone())
+
+
+
+def test_fp16_passes_really_switch(gen, device, monkeypatch):
+    """The switch reaches the kernels: fp16 passes differ from the fp32 ones (ieee on every device) in the low bits,
+    and by no more than the 10-bit rounding."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = {}
+    for precision in ("ieee", "fp16"):
+        monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
+        s = state.clone()
+        outs[precision] = (tt.gdn_prefill(*args, s), s)
+    assert not torch.equal(outs["ieee"][1], outs["fp16"][1])
+    assert_close(outs["fp16"][1], outs["ieee"][1], tol=tolerance(torch.float32, tf32=True), what="state")
+
+
+
+def test_pass_precision_env_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "bf16")
+    with pytest.raises(KernelValueError, match=tt.PASS_PRECISION_ENV):
+        tt.pass_precision()
+
+
+
+def test_prefill_v2_fp16_passes_correlated_keys(gen, device, monkeypatch):
+    """The fp16 passes on near-parallel keys with β ≈ 1 (W's rows grow there: fp16's range, not its mantissa)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    check_correlated((150, 1, 2, 32, 16), gen, device, tf32=True)
+
+
+
+OUTPUT_LOOPS_GPU = ["4,64,8,2", "4,64,4,2", "8,64,8,2", "2,128,8,1"]
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_transposed_state(case, decay, precision, gen, device, monkeypatch):
+    """The transposed state pass at 27B sizes (tf32 and fp16 operands), and on correlated keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_T_ENV, "1")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
+    check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        check_correlated(case, gen, device, tf32=True)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_product_prep_fp16x3_series(case, decay, warps, gen, device, monkeypatch):
+    """The product prep's series from fp16 head + tail products at 27B sizes, and on correlated keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "fp16x3")
+    monkeypatch.setattr(tt, "PRODUCT_PREP_WARPS", warps)
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        check_correlated(case, gen, device)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", ["0", "4,64,8,2"], ids=["one-chunk", "loop"])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_fp16_passes(case, decay, loop, gen, device, monkeypatch):
+    """$MODELD_GDN_PASS_PRECISION=fp16 at 27B sizes, against the fp32 reference at the tf32 row, and on correlated
+    keys (large W rows: fp16's range is the risk there, not its mantissa)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        check_correlated(case, gen, device, tf32=True)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", OUTPUT_LOOPS_GPU)
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU,
+                         ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_output_loop(case, decay, loop, gen, device, monkeypatch):
+    """The output pass's chunk loop at the tiles bench/kernels_recurrent.py times (27B heads and awkward ones)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.OUTPUT_LOOP_ENV, loop)
+    check_gdn("gdn_prefill", case, gen, device, slow_decay=decay == "slow")
+
