@@ -26,7 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# llama_cpp before numpy: a CUDA build of llama-cpp-python 0.3.36 segfaults while loading a model when numpy was
+# imported first (H200, session 23; KNOWLEDGE/pitfalls/llama-cpp-cuda-segfaults-after-numpy-import.md). A missing
+# llama_cpp is reported where it is used.
+try:
+    import llama_cpp  # noqa: F401
+except ImportError:
+    pass
+import numpy as np  # noqa: E402
 
 
 def parse(argv):

@@ -72,8 +72,16 @@ case "$step" in
       tail -5 $log
       grep -q '^rc=0' $log || { echo "llama.cpp CUDA build not finished (or failed): call this step again"; exit 3; }
     fi
-    PYTHONPATH=src:.:/tmp/site:$site timeout 560 python3 bench/llama_cpp_control.py --out "$OUT/$step" \
-      --synth 27b --seed 0 --gguf-dir /dev/shm 2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
+    # the export (torch, numpy) in its own process: a CUDA llama.cpp segfaults loading a model in a process that
+    # imported numpy first (KNOWLEDGE/pitfalls/llama-cpp-cuda-segfaults-after-numpy-import.md; the bench imports
+    # llama_cpp first). Session 23: the build took 213 s, the 27B bf16 export ~60 s, each control run < 40 s.
+    gguf=/dev/shm/synth-27b-seed0-bf16.gguf
+    [ -f $gguf ] || timeout 300 python3 -m modeld export-gguf --synth 27b --seed 0 -o $gguf 2>&1 | tail -2
+    PYTHONPATH=src:.:/tmp/site:$site timeout 400 python3 bench/llama_cpp_control.py --out "$OUT/$step" \
+      --gguf $gguf 2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
+    PYTHONPATH=src:.:/tmp/site:$site timeout 200 python3 bench/llama_cpp_control.py --out "$OUT/$step/long" \
+      --gguf $gguf --context 8192 --ttft 128,32768 --ctx 33000 --steps 48 2>&1 | grep -E "SUMMARY|Error|Traceback" \
+      | tail -5
     ;;
   *)
     echo "unknown step $step: expected tests, kernels, ttft, cert, w8a8 or llamacpp" >&2

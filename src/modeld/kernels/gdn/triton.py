@@ -91,20 +91,24 @@ V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687
 # num_stages), or None for one chunk per program. Offline sm_90 (27B heads, session 22): the one-chunk kernel holds
 # 147 KB of shared memory at (64, 4), so one 4-warp CTA per SM waits on every load; with a loop and 2 stages every
 # load becomes a cp.async of the next chunk (LDGSTS, no LDG left) in 230 KB at (64, 8) or (64, 4), no spill.
-# Not timed yet: $MODELD_GDN_OUTPUT_LOOP = "chunks,BLOCK_V,warps,stages" (or ':'-joined; read per call) switches it
+# H200 session 23: every loop slower, 1.08-1.15x the one-chunk kernel (dead-ends/gdn-output-pass-chunk-loop.md).
+# $MODELD_GDN_OUTPUT_LOOP = "chunks,BLOCK_V,warps,stages" (or ':'-joined; read per call) switches it
 # on for an A/B.
 V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
 OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # The v2 state and output passes' dot precision: DOT_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
 # names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
 # half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
-# (`_chunk_kernels_v2.py`). Not timed yet (session 22). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16
-# spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs (the tf32x3
-# series dominates).
+# (`_chunk_kernels_v2.py`). H200 session 23: v2 prefill 0.64x at T 4096 / 8192, the cold 32k 0.963x, but the
+# certification's bf16 parity gate failed by one flip with it (and fp16x3) on: opt-in
+# (findings/gdn-fp16-passes-h200-s23.md). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block
+# products in fp16 spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs
+# (the tf32x3 series dominates).
 # The state pass with the state held transposed (`_chunk_state_t_kernel`: its register operands become the dots'
 # A operands). Offline sm_90 Triton 3.6 then runs both dots on mma.sync, not wgmma (M = BLOCK_V < 64): (32, 8)
 # 180 registers tf32 / 128 fp16, shared memory 98 / 62 KB, no HGMMA. $MODELD_GDN_STATE_T=1 (read per call)
-# switches it on for an A/B; not timed yet (session 22).
+# switches it on for an A/B. H200 session 23: 1.01x (4 warps) .. 1.11x (8) the default
+# (dead-ends/gdn-state-pass-transposed.md).
 STATE_T_ENV = "MODELD_GDN_STATE_T"
 V2_STATE_T = False
 PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
@@ -125,7 +129,8 @@ INV_PRECISION = "tf32x3"
 # $MODELD_GDN_INV_PRECISION (read per call) overrides it for an A/B. "fp16x3" splits each operand into fp16 head +
 # fp16 tail and adds three fp16 products (≈ 21 bits like tf32x3, at half its tensor work; the series' entries stay
 # below C(15, 8) ≈ 6.4e3, inside fp16's range). Offline sm_90 at 4 warps: 136 HGMMAs instead of 208, 255 registers,
-# no spill; at 8 warps 192 registers, no spill (tf32x3: 255 + 60 B). Not timed yet (session 22).
+# no spill; at 8 warps 192 registers, no spill (tf32x3: 255 + 60 B). H200 session 23: v2 prefill 0.94x, the
+# cold 32k 0.995x; certified only together with the fp16 passes (failed there: findings/gdn-fp16-passes-h200-s23.md).
 INV_PRECISION_ENV = "MODELD_GDN_INV_PRECISION"
 INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
