@@ -192,11 +192,24 @@ def _cmd_serve(args) -> int:
     return 0
 
 
+def _preload_llama_cpp() -> None:
+    """Load llama.cpp's libraries before anything imports numpy: a CUDA build of llama-cpp-python 0.3.36 segfaults
+    loading a model in a process that imported numpy first (H200, session 23;
+    KNOWLEDGE/pitfalls/llama-cpp-cuda-segfaults-after-numpy-import.md). `run` and `serve` may fall through to it.
+    Absent or broken, the fall-through cell reports it when it is selected."""
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception:  # noqa: BLE001 - reported by the cell that needs it
+        pass
+
+
 def _main(argv: list[str]) -> int:
     if argv and argv[0] in DISPATCH:
         return _dispatch(argv[0], argv[1:])
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("run", "serve"):
+        _preload_llama_cpp()
     if args.command == "run":
         return _cmd_run(args)
     if args.command == "serve":

@@ -153,3 +153,28 @@ def test_serve_answers_then_stops_on_sigint(modeld_bin, smollm2_gguf):
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "serving smollm2" in err
+
+
+def test_run_and_serve_load_llama_cpp_before_numpy():
+    """A CUDA llama.cpp segfaults loading a model after numpy was imported
+    (KNOWLEDGE/pitfalls/llama-cpp-cuda-segfaults-after-numpy-import.md): `run` / `serve` preload it, which only
+    helps while importing the CLI and parsing the arguments import no numpy."""
+    code = (
+        "import sys\n"
+        "import modeld.cli as cli\n"
+        "assert 'numpy' not in sys.modules, 'modeld.cli imports numpy'\n"
+        "import builtins\n"
+        "order = []\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('numpy', 'llama_cpp') and name.split('.')[0] not in order:\n"
+        "        order.append(name.split('.')[0])\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = spy\n"
+        "cli._cmd_run = lambda args: 0\n"
+        "cli._main(['run', '--max-tokens', '1', 'hi'])\n"
+        "print(','.join(order))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pytest.importorskip("llama_cpp")
+    assert r.stdout.strip().startswith("llama_cpp"), r.stdout
