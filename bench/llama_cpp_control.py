@@ -10,6 +10,9 @@ on the H200 whose disk is 64 GB). Measured the way bench/engine_qwen3_5.py measu
   argmax read, best of 3, the context cleared between runs.
 Offload: every layer on the GPU (--n-gpu-layers -1) with flash attention, when the llama.cpp build has a GPU
 backend; `gpu_offload` in the JSON says whether it had one (a CPU build runs the same code, for a dry run).
+--quantize q8_0 / q4_1 / q4_k_m first runs llama.cpp's own quantizer on the GGUF (the like-for-like control of our
+fp8 / int4 profiles; output.weight and the token embeddings keep the GGUF's type unless --quantize-output, as our
+recipes keep the lm_head and embeddings; KNOWLEDGE/findings/llama-cpp-control-qwen3_5-27b-h200.md).
 
     PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/llama_cpp_control.py --out $OUT --synth 27b --seed 0 \
         --gguf-dir /dev/shm
@@ -35,6 +38,9 @@ except ImportError:
     pass
 import numpy as np  # noqa: E402
 
+# llama_ftype of each --quantize choice (llama.h: LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_1 / _Q4_K_M)
+QUANT_FTYPES = {"q8_0": 7, "q4_1": 3, "q4_k_m": 15}
+
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,6 +58,13 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=96, help="decode: timed steps (default 96)")
     ap.add_argument("--ttft", default="128,8192", help="TTFT prompt lengths (default 128,8192)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
+    ap.add_argument("--quantize", choices=sorted(QUANT_FTYPES), default=None,
+                    help="quantize the GGUF first with llama.cpp's own quantizer, the like-for-like control of a "
+                         "quantized profile: q8_0 beside our fp8, q4_1 / q4_k_m beside our int4 (written next to "
+                         "the GGUF, reused when present)")
+    ap.add_argument("--quantize-output", action="store_true",
+                    help="--quantize: quantize output.weight (the lm_head) too; by default it and the token "
+                         "embeddings keep the GGUF's type, as our recipes keep them")
     return ap.parse_args(argv)
 
 
@@ -66,6 +79,43 @@ def export_synth(a) -> tuple[Path, dict]:
         summary = export(ckpt, path, a.outtype)
     summary["seconds"] = time.perf_counter() - t0
     return path, summary
+
+
+def gguf_tensor_type(path: Path, name: str) -> int:
+    """The ggml type id of tensor `name` in the GGUF at `path` (memory-mapped: only the header is read)."""
+    from gguf import GGUFReader
+
+    for t in GGUFReader(path).tensors:
+        if t.name == name:
+            return int(t.tensor_type)
+    raise KeyError(f"{path} has no tensor {name}")
+
+
+def quantize(src: Path, kind: str, quantize_output: bool, threads: int | None) -> tuple[Path, dict]:
+    """`src` quantized by llama.cpp (llama_model_quantize) to QUANT_FTYPES[kind]; the file appears only when
+    complete. Raises RuntimeError when llama.cpp reports a failure."""
+    import llama_cpp
+
+    dst = src.with_name(f"{src.stem}-{kind}{'-qout' if quantize_output else ''}.gguf")
+    if dst.exists():
+        return dst, {"path": str(dst), "kind": kind, "quantize_output": quantize_output, "reused": True,
+                     "bytes": dst.stat().st_size}
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = QUANT_FTYPES[kind]
+    params.nthread = threads or 0
+    params.quantize_output_tensor = quantize_output
+    if not quantize_output:
+        params.token_embedding_type = gguf_tensor_type(src, "token_embd.weight")
+    partial = dst.with_name(dst.name + ".partial")
+    t0 = time.perf_counter()
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(partial).encode(), params)
+    if rc != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama_model_quantize({src} -> {kind}) returned {rc}")
+    partial.rename(dst)
+    return dst, {"path": str(dst), "kind": kind, "quantize_output": quantize_output,
+                 "seconds": time.perf_counter() - t0, "bytes": dst.stat().st_size,
+                 "source_bytes": src.stat().st_size}
 
 
 def ttft_ids(n: int, vocab: int) -> list[int]:
@@ -147,13 +197,16 @@ def main(argv=None) -> int:
         path, doc["export"] = export_synth(a)
     else:
         path = a.gguf
+    if a.quantize:
+        path, doc["quantize"] = quantize(path, a.quantize, a.quantize_output, a.threads)
     doc["gguf"] = {"path": str(path), "bytes": path.stat().st_size}
     doc.update(measure(a, path))
     out = Path(a.out) / "llama_cpp_control.json"
     out.write_text(json.dumps(doc, indent=1))
     d = doc["decode"]
     tt = " ".join(f"{t['prompt_tokens']}:{t['ttft_s_min'] * 1e3:.0f}ms" for t in doc["ttft"])
-    print(f"SUMMARY llama.cpp {'GPU' if doc['gpu_offload'] else 'CPU'}: decode {d['tok_per_s_p50']:.1f} tok/s "
+    what = f"{'GPU' if doc['gpu_offload'] else 'CPU'} {path.name}"
+    print(f"SUMMARY llama.cpp {what}: decode {d['tok_per_s_p50']:.1f} tok/s "
           f"(p50 {d['p50_s'] * 1e3:.2f} ms, p90 {d['p90_s'] * 1e3:.2f} ms at context {d['context']}), TTFT {tt}; "
           f"load {doc['load_s']:.1f} s; wrote {out}", flush=True)
     return 0

@@ -37,3 +37,26 @@ def test_control_tokens_are_transformers_greedy(synth_ckpt, tmp_path):
         firsts = [int(model(input_ids=torch.tensor([lc.ttft_ids(n, 4096)])).logits[0, -1].argmax()) for n in (16, 32)]
     assert d["greedy_tokens_head"] == greedy[4:]   # each timed step's output
     assert [t["first_token"] for t in doc["ttft"]] == firsts
+
+
+def test_quantized_controls_keep_the_head_and_embeddings_unless_asked(synth_ckpt, tmp_path):
+    """--quantize q8_0 (the control beside our fp8 profile) quantizes the layer matrices with llama.cpp's own
+    quantizer and keeps output.weight and token_embd.weight as exported, the way our recipes keep the lm_head and
+    embeddings; --quantize-output quantizes the head too. Both files load and decode in the bench."""
+    q8_0, f32 = 8, 0   # ggml type ids
+    gguf_path = tmp_path / "small.gguf"
+    ge.export(ge.open_checkpoint(synth_ckpt("small", 0)), gguf_path, "f32")
+    types = {}
+    for extra in ([], ["--quantize-output"]):
+        out = tmp_path / f"out{len(extra)}"
+        assert lc.main(["--out", str(out), "--gguf", str(gguf_path), "--quantize", "q8_0", *extra, "--context", "8",
+                        "--steps", "2", "--ttft", "8", "--ctx", "64", "--threads", "2"]) == 0
+        doc = json.loads((out / "llama_cpp_control.json").read_text())
+        q = doc["quantize"]
+        assert q["kind"] == "q8_0" and q["bytes"] == doc["gguf"]["bytes"] < 0.5 * gguf_path.stat().st_size
+        assert doc["decode"]["steps"] == 2 and len(doc["decode"]["greedy_tokens_head"]) == 2
+        path = lc.Path(q["path"])
+        types[len(extra)] = {n: lc.gguf_tensor_type(path, n)
+                             for n in ("output.weight", "token_embd.weight", "blk.0.ffn_down.weight")}
+    assert types[0] == {"output.weight": f32, "token_embd.weight": f32, "blk.0.ffn_down.weight": q8_0}
+    assert types[1]["output.weight"] == q8_0 and types[1]["blk.0.ffn_down.weight"] == q8_0

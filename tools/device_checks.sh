@@ -8,7 +8,8 @@
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
-#   tools/device_checks.sh llamacpp  # llama.cpp built with CUDA (tools/llama_cpp_sdist.sh), the 27B control
+#   tools/device_checks.sh llamacpp  # llama.cpp built with CUDA (tools/llama_cpp_sdist.sh), the 27B control (bf16)
+#   tools/device_checks.sh llamacpp-q  # then (machine warm) llama.cpp's q8_0 / q4_k_m beside our fp8 / int4
 #
 # What each result decides: KNOWLEDGE/findings/gdn-output-pass-one-cta-per-sm-offline.md (flip V2_OUTPUT_LOOP to
 # the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k),
@@ -16,7 +17,7 @@
 # tests + the certification's long set hold), the state tile
 # (V2_STATE_TILE / V2_STATE_STAGES), KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md.
 set -uo pipefail
-step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8|llamacpp}
+step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8|llamacpp|llamacpp-q}
 : "${OUT:?OUT must name the output folder (the device tool sets it)}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=src:.:/tmp/site PYTHONUNBUFFERED=1
@@ -52,7 +53,7 @@ case "$step" in
       --profiles bf16,fp8,fp8+w8a8 --batch-slots 0 --ttft-chunks '' --long-cases 8 --long-seed 20261202 2>&1 \
       | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
     ;;
-  llamacpp)
+  llamacpp|llamacpp-q)
     # TARGETS.md's second control: llama.cpp built here with CUDA (sm_90) from tools/llama_cpp_sdist.sh's source
     # (carry .whl-src too), in the background under setsid so a build longer than one call goes on while the
     # machine is held (call this step again within the idle release); then the 27B GGUF exported to /dev/shm
@@ -75,16 +76,31 @@ case "$step" in
     # the export (torch, numpy) in its own process: a CUDA llama.cpp segfaults loading a model in a process that
     # imported numpy first (KNOWLEDGE/pitfalls/llama-cpp-cuda-segfaults-after-numpy-import.md; the bench imports
     # llama_cpp first). Session 23: the build took 213 s, the 27B bf16 export ~60 s, each control run < 40 s.
+    # `llamacpp`: the bf16 GGUF and our bf16 engine; `llamacpp-q` (the next call, machine still warm): llama.cpp's
+    # own q8_0 / q4_k_m of it (lm_head and embeddings kept bf16, like our recipes) beside our fp8 / int4 engines.
     gguf=/dev/shm/synth-27b-seed0-bf16.gguf
     [ -f $gguf ] || timeout 300 python3 -m modeld export-gguf --synth 27b --seed 0 -o $gguf 2>&1 | tail -2
-    PYTHONPATH=src:.:/tmp/site:$site timeout 400 python3 bench/llama_cpp_control.py --out "$OUT/$step" \
-      --gguf $gguf 2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
-    PYTHONPATH=src:.:/tmp/site:$site timeout 200 python3 bench/llama_cpp_control.py --out "$OUT/$step/long" \
-      --gguf $gguf --context 8192 --ttft 128,32768 --ctx 33000 --steps 48 2>&1 | grep -E "SUMMARY|Error|Traceback" \
-      | tail -5
+    control() {   # control OUTDIR ARGS...: llama_cpp_control.py with the CUDA build on the path
+      local out=$1; shift
+      PYTHONPATH=src:.:/tmp/site:$site timeout 300 python3 bench/llama_cpp_control.py --out "$out" --gguf $gguf "$@" \
+        2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
+    }
+    engine() {    # engine PROFILE: our engine's decode / TTFT rows in the same call
+      timeout 200 python3 bench/engine_qwen3_5.py --out "$OUT/$step/engine-$1" --profile "$1" --ttft 128,8192 2>&1 \
+        | grep -E "^(decode|ttft|load) |Error|Traceback" | cut -c1-400 | tail -4
+    }
+    if [ "$step" = llamacpp ]; then
+      control "$OUT/$step/bf16"
+      control "$OUT/$step/bf16-long" --context 8192 --ttft 128,32768 --ctx 33000 --steps 48
+      engine bf16
+    else
+      for q in q8_0 q4_k_m; do control "$OUT/$step/$q" --quantize $q --threads 16; done
+      engine fp8
+      engine int4
+    fi
     ;;
   *)
-    echo "unknown step $step: expected tests, kernels, ttft, cert, w8a8 or llamacpp" >&2
+    echo "unknown step $step: expected tests, kernels, ttft, cert, w8a8, llamacpp or llamacpp-q" >&2
     exit 2
     ;;
 esac
