@@ -57,6 +57,9 @@ def _skips(ins: list[tuple[int, str]], lo: int, hi: int) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="write the result as JSON here")
+    ap.add_argument("--tiles", default="",
+                    help="comma-separated BLOCK_M:BLOCK_N:warps:stages tiles ($MODELD_ATTN_PREFILL_TILE) to compile "
+                         "with the default key loop instead of the loops at the default tile")
     a = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     import torch
@@ -71,18 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     kv = torch.empty(t, hkv, dh, dtype=torch.bfloat16)
     cache = torch.empty(start + t, hkv, dh, dtype=torch.bfloat16)
     result = {}
-    for loop in att.CAUSAL_LOOPS:
-        launches = feas._record([att], lambda: with_env(att.CAUSAL_LOOP_ENV, loop, lambda: with_env(
+    # (label, switch, value): each key loop at the default tile, or each --tiles tile with the default loop
+    cases = ([(tile, att.PREFILL_TILE_ENV, tile) for tile in a.tiles.split(",")] if a.tiles
+             else [(loop, att.CAUSAL_LOOP_ENV, loop) for loop in att.CAUSAL_LOOPS])
+    for label, switch, value in cases:
+        launches = feas._record([att], lambda: with_env(switch, value, lambda: with_env(
             att.PREFILL_ENV, "flash", lambda: att.attention_prefill(qg[..., :dh], kv, kv, cache, cache, start,
                                                                     dh**-0.5, qg[..., dh:]))))
         jit, _, args, kwargs = next(r for r in launches if r[0].__name__ == "_prefill_kernel")
         kernel, regs, spills = feas._compile_offline(jit, args, kwargs)
-        _, obj = feas.ptxas_sm90(kernel.asm["ptx"], f"attn_{loop}")
+        _, obj = feas.ptxas_sm90(kernel.asm["ptx"], f"attn_{label.replace(':', '_')}")
         sass = feas.cuobjdump_sass(obj)
-        result[loop] = {"registers": regs, "spill_bytes": spills, "loops": loops(sass),
-                        "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))}
-        print(f"{loop}: {regs} registers, {spills} B spilled, {result[loop]['instructions']} instructions")
-        for body in result[loop]["loops"]:
+        result[label] = {"registers": regs, "spill_bytes": spills, "shared_bytes": kernel.metadata.shared,
+                         "loops": loops(sass),
+                         "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))}
+        print(f"{label}: {regs} registers, {spills} B spilled, {kernel.metadata.shared} B shared, "
+              f"{result[label]['instructions']} instructions")
+        for body in result[label]["loops"]:
             skip = f", a branch may skip {body['skippable']}" if body["skippable"] else ""
             print(f"   loop {body['from']}..{body['to']}: {body['instructions']} instructions{skip} {body['ops']}")
     if a.out:

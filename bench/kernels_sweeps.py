@@ -62,10 +62,17 @@ def sweep_attention(reps, gen):
             for length in (8191, 32767):
                 A.bench_attention_decode(1, length, 24, 4, 256, reps, gen, tag=f" [sweep splits={splits}]")
     acfg.DECODE[256], att.num_splits = default_decode, default_splits
+    # prefill Dh 256 (BM, BN, warps, stages), at T 8192 from 0 and as a cold 32k prompt's last 8192-token piece.
+    # Offline sm_90 (session 23, split loop): (128, 64, 8, 2) 255 regs + 52 B spill, 192 KB shared, 1 CTA / SM;
+    # (64, 64, 4, 1) 255 regs + 60 B spill, 64 KB: 2 CTAs / SM (one's softmax beside the other's wgmma) at 1.08x the
+    # loop instructions per FLOP, no cp.async (one stage); (64, 32, 4, 2) 255 regs, no spill, 96 KB: 2 CTAs / SM at
+    # 1.7x (the acc rescale is per tile); (64, 64, 8, 2) 206 regs, no spill, 160 KB; (128, 64, 4, 2) spills 6.7 KB
+    # (not swept). `bench/attention_prefill_sass.py --tiles` prints these.
     default_prefill = acfg.PREFILL[256]
-    for cfg in (acfg.AttentionConfig(128, 64, 8, 2), acfg.AttentionConfig(128, 32, 8, 3), acfg.AttentionConfig(128, 64, 8, 3)):
-        acfg.PREFILL[256] = cfg
-        A.bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]")
+    for cfg in ((128, 64, 8, 2), (128, 32, 8, 3), (64, 64, 4, 1), (64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 8, 2)):
+        acfg.PREFILL[256] = acfg.AttentionConfig(*cfg)
+        for start in (0, 24576):
+            A.bench_attention_prefill(8192, 24, 4, 256, reps, gen, tag=" [sweep]", start=start)
     acfg.PREFILL[256] = default_prefill
 
 

@@ -5,19 +5,20 @@
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
-#   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants A/B'd in one process
+#   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
+#   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
 #   tools/device_checks.sh llamacpp  # llama.cpp built with CUDA (tools/llama_cpp_sdist.sh), the 27B control (bf16)
 #   tools/device_checks.sh llamacpp-q  # then (machine warm) llama.cpp's q8_0 / q4_k_m beside our fp8 / int4
 #
-# What each result decides: KNOWLEDGE/findings/gdn-output-pass-one-cta-per-sm-offline.md (flip V2_OUTPUT_LOOP to
-# the fastest loop if it beats the one-chunk kernel in the kernel rows and the cold 32k),
-# KNOWLEDGE/ah-ha/fp16-operands-keep-tf32s-mantissa.md (DOT_PRECISION of the passes -> fp16 if it wins and the GPU
-# tests + the certification's long set hold), the state tile
-# (V2_STATE_TILE / V2_STATE_STAGES), KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md.
+# What each result decides (session 23 on): configs.PREFILL[256] -> a sweep tile that beats (128, 64, 8, 2) at both
+# starts and in the cold 32k A/B (attention/triton.py PREFILL_TILE_ENV); V2_PASS_PRECISION -> "fp16" only after a
+# certification with it alone passes every gate (`MODELD_GDN_PASS_PRECISION=fp16 tools/device_checks.sh cert`; the
+# run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
+# findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-step=${1:?usage: tools/device_checks.sh tests|kernels|ttft|cert|w8a8|llamacpp|llamacpp-q}
+step=${1:?usage: tools/device_checks.sh tests|kernels|attn|ttft|cert|w8a8|llamacpp|llamacpp-q}
 : "${OUT:?OUT must name the output folder (the device tool sets it)}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=src:.:/tmp/site PYTHONUNBUFFERED=1
@@ -35,14 +36,21 @@ case "$step" in
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
       | grep -E "gdn_prefill\(chunked,v2" | tail -40
     ;;
+  attn)
+    # the one-pass prefill attention's tiles at T 8192 from 0 and from 24576 (bench/kernels_sweeps.sweep_attention)
+    # and the key loops; then the GPU tests of the tile candidates
+    timeout 420 python3 bench/kernels.py --out "$OUT/$step/k" --sections prefill-loops,sweep-attention \
+      --no-recurrent 2>&1 | grep -E "attention prefill" | cut -c1-160 | tail -30
+    timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention.py -k tile_candidates \
+      2>&1 | tail -2
+    ;;
   ttft)
-    fp16_all=MODELD_GDN_PASS_PRECISION=fp16+MODELD_GDN_OUTPUT_LOOP=4:64:8:2+MODELD_GDN_INV_PRECISION=fp16x3
-    # the GDN passes in fp16 and the output pass's chunk loop in the engine, alone and together (':'-joined: --cold-ab
-    # splits its variants on ','); the logits against the default's are the numeric check at 32k
+    # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
+    # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
+    # A/Bs the prefill attention tile candidates beside the fp16 passes alone
+    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GDN_PASS_PRECISION=fp16}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
-      --kernel-table 14 \
-      --cold-ab "MODELD_GDN_PASS_PRECISION=fp16,MODELD_GDN_OUTPUT_LOOP=4:64:8:2,MODELD_GDN_INV_PRECISION=fp16x3,$fp16_all" \
-      2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
+      --kernel-table 14 --cold-ab "$ab" 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;
   cert)
     timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 450 2>&1 \
@@ -100,7 +108,7 @@ case "$step" in
     fi
     ;;
   *)
-    echo "unknown step $step: expected tests, kernels, ttft, cert, w8a8, llamacpp or llamacpp-q" >&2
+    echo "unknown step $step: expected tests, kernels, attn, ttft, cert, w8a8, llamacpp or llamacpp-q" >&2
     exit 2
     ;;
 esac

@@ -150,6 +150,29 @@ def test_causal_loop_switch_raises_before_touching_the_cache(gen, device, monkey
     assert tt.causal_loop() == tt.CAUSAL_LOOP
 
 
+@pytest.mark.parametrize("tile", ["32:16:4:1", "16,32,8,2"])
+def test_prefill_tile_switch_reaches_the_kernel(tile, gen, device, poisoned_outputs, monkeypatch):
+    """$MODELD_ATTN_PREFILL_TILE replaces the one-pass tile for an A/B: tiles other than the interpreter's 16 x 16
+    give the same attention, incl. starts inside a key tile (the split loop's rounding) and a partial last block."""
+    monkeypatch.setenv(tt.PREFILL_TILE_ENV, tile)
+    monkeypatch.setenv(tt.PREFILL_ENV, "flash")
+    bm, bn, warps, stages = (int(p) for p in tile.replace(":", ",").split(","))
+    cfg = tt.prefill_tile(32)
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages) == (bm, bn, warps, stages)
+    for start in (0, 7, 33):
+        _check_prefill(45, start, 4, 2, 32, start + 50, True, gen, device)
+
+
+@pytest.mark.parametrize("tile", ["64:32:4", "48:32:4:2", "64:32:2:2", "64:32:4:5", "a:b:c:d"])
+def test_prefill_tile_switch_raises_before_touching_the_cache(tile, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.PREFILL_TILE_ENV, tile)
+    q, k = _rand((3, 2, 32), gen, device), _rand((3, 1, 32), gen, device)
+    kc = torch.zeros(8, 1, 32, dtype=torch.bfloat16, device=device)
+    with pytest.raises(KernelValueError, match="MODELD_ATTN_PREFILL_TILE"):
+        tt.attention_prefill(q, k, k, kc, kc.clone(), 0, 0.1)
+    assert int(kc.count_nonzero()) == 0
+
+
 # Split-KV prefill (few new tokens over a long prefix). Under the interpreter: 16-row / 16-key tiles and 8
 # pretend SMs x 2 waves, so these plans have 2-8 splits. (T, start, Hq, Hkv, Dh, S, gated)
 SPLIT_CASES = [
@@ -419,6 +442,16 @@ def test_bad_inputs_raise(device):
 @pytest.mark.parametrize("hq,hkv,dh,gated", [(24, 4, 256, True), (9, 3, 64, False)], ids=["qwen3_5", "smollm2"])
 def test_gpu_prefill(t, start, hq, hkv, dh, gated, causal_loop, gen, device, poisoned_outputs):
     _check_prefill(t, start, hq, hkv, dh, start + t + 17, gated, gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", ["64:64:4:1", "64:32:4:2", "64:32:4:3", "64:64:8:2"])
+@pytest.mark.parametrize("t,start", [(500, 0), (2048, 0), (4096, 4096)])
+def test_gpu_prefill_tile_candidates(tile, t, start, gen, device, poisoned_outputs, monkeypatch):
+    """The sweep's tile candidates ($MODELD_ATTN_PREFILL_TILE) at 27B heads: the same attention as the spec."""
+    monkeypatch.setenv(tt.PREFILL_TILE_ENV, tile)
+    monkeypatch.setenv(tt.PREFILL_ENV, "flash")
+    _check_prefill(t, start, 24, 4, 256, start + t + 17, True, gen, device)
 
 
 @pytest.mark.gpu

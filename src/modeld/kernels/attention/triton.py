@@ -28,6 +28,7 @@ interpreter mis-computes bf16 tl.dot); GPU runs use bf16 operands and fp32 accum
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -70,6 +71,13 @@ PREFILL_VARIANTS = ("auto", "flash", "split")
 CAUSAL_LOOP_ENV = "MODELD_ATTN_CAUSAL_LOOP"
 CAUSAL_LOOPS = ("masked", "split", "split-lazy")
 CAUSAL_LOOP = "split"
+# The one-pass prefill's tile for an A/B without editing configs.PREFILL: $MODELD_ATTN_PREFILL_TILE =
+# "BLOCK_M:BLOCK_N:num_warps:num_stages" (',' works too; read per call). Offline sm_90 (session 23, 27B Dh 256,
+# split loop): (128, 64, 8, 2), the default, 255 registers + 52 B spill and 192 KB shared: one CTA per SM, so the
+# softmax of a tile waits for its own wgmma and nothing else runs; (64, 64, 4, 1) 255 + 60 B spill, 64 KB, and
+# (64, 32, 4, 2) 255, no spill, 96 KB: two CTAs per SM, at 1.08x / 1.7x the loop instructions per FLOP (untimed;
+# KNOWLEDGE/findings/attention-prefill-tiles-two-ctas-per-sm-offline.md).
+PREFILL_TILE_ENV = "MODELD_ATTN_PREFILL_TILE"
 
 
 @triton.jit
@@ -229,14 +237,14 @@ def attention_prefill(
     t, hq, hkv, dh, s_cap, scale, device = _check_prefill(q, k, v, k_cache, v_cache, scale, gate)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + t > s_cap:
         raise KernelValueError(f"start={start!r} with T={t} does not fit a cache of S={s_cap} positions")
-    loop, variant = causal_loop(), prefill_variant()  # both switches raise before the cache is touched
+    loop, variant = causal_loop(), prefill_variant()  # the switches raise before the cache is touched
+    cfg = prefill_tile(dh)
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
         return o
     _kv_write_kernel[(t, hkv)](
         k, v, k_cache, v_cache, k_cache, start, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
-    cfg = prefill_config(dh, interpreting())
     g = gate if gate is not None else q
     scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device, variant)
     if splits:
@@ -291,6 +299,23 @@ def prefill_variant() -> str:
     return env_choice(PREFILL_ENV, "auto", PREFILL_VARIANTS)
 
 
+def prefill_tile(head_dim: int) -> AttentionConfig:
+    """The one-pass prefill's tile: $MODELD_ATTN_PREFILL_TILE if set, else configs.prefill_config.
+    Raises KernelValueError unless BLOCK_M and BLOCK_N are powers of two in 16..128, num_warps 4 or 8 and
+    num_stages 1..4."""
+    text = os.environ.get(PREFILL_TILE_ENV)
+    if not text:
+        return prefill_config(head_dim, interpreting())
+    try:
+        bm, bn, warps, stages = (int(p) for p in text.replace(":", ",").split(","))
+    except ValueError:
+        bm = bn = warps = stages = 0
+    if bm not in (16, 32, 64, 128) or bn not in (16, 32, 64, 128) or warps not in (4, 8) or stages not in (1, 2, 3, 4):
+        raise KernelValueError(f"{PREFILL_TILE_ENV}={text!r}: expected BLOCK_M:BLOCK_N:num_warps:num_stages with "
+                               f"BLOCK_M, BLOCK_N in 16, 32, 64, 128, num_warps 4 or 8, num_stages 1..4")
+    return AttentionConfig(bm, bn, warps, stages, source=f"${PREFILL_TILE_ENV}")
+
+
 def causal_loop() -> str:
     """The one-pass prefill's key loop: $MODELD_ATTN_CAUSAL_LOOP if set, else CAUSAL_LOOP. Raises KernelValueError."""
     return env_choice(CAUSAL_LOOP_ENV, CAUSAL_LOOP, CAUSAL_LOOPS)
@@ -309,7 +334,7 @@ def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int, device:
     sms = _sm_count(device)
     splits = prefill_split_plan(t, hq // hkv, hkv, start + t, cfg.block_m, cfg.block_n, sms * cfg.waves,
                                 MAX_PREFILL_SPLITS)
-    one_pass = triton.cdiv(t, prefill_config(dh, interpreting()).block_m) * hq
+    one_pass = triton.cdiv(t, prefill_tile(dh).block_m) * hq
     if splits < 2 or (variant == "auto" and one_pass >= sms):
         return cfg, 0
     return cfg, splits
