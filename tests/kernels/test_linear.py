@@ -197,6 +197,18 @@ def test_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_
     _check_forced(m, n, k, fmt, swiglu, configs.TileConfig(32, 32, 32, 4, 1, group_m=4, tma=True), gen, device)
 
 
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+def test_warp_specialized_tma_gemm_matches_reference(swiglu, gen, device, poisoned_outputs):
+    """TileConfig.warp_specialize reaches `tl.range(..., warp_specialize=True)` (a no-op for the interpreter: the
+    math must not change) and refuses swap_ab tiles."""
+    cfg = configs.TileConfig(32, 32, 32, 4, 1, group_m=4, tma=True, warp_specialize=True)
+    _check_forced(63, 100, 96, "bf16", swiglu, cfg, gen, device)
+    x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
+    with pytest.raises(KernelValueError, match="warp_specialize"):
+        tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16,
+                   config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, swap_ab=True, warp_specialize=True))
+
+
 # (M, N, K, format): every TMA case in each format; int4 g128 only where K holds whole groups
 SWAP_CASES = [(m, n, k, fmt) for m, n, k in TMA_CASES for fmt in ("bf16", "fp8", "int4g32", "int4g128")
               if fmt != "int4g128" or k % 128 == 0]
@@ -260,6 +272,24 @@ def test_config_paths_are_distinct():
     assert all(c.tma and c.swap_ab == (key not in kept) for key, c in suffix.items())
     cfg = configs.pick(90, "bf16", False, 4096, 5120, 5120, interpreting=False)
     assert cfg.block_m == 128 and cfg.num_warps == 8
+
+
+def test_gemm_ws_switch_swaps_only_the_bf16_prefill_tiles(monkeypatch):
+    """$MODELD_GEMM_WS=1 (an engine A/B) replaces the bf16 "gemm"-bucket tiles, the tuned gate+up entry included, with
+    the warp-specialized ones; decode, suffix and the other formats keep theirs; other values raise."""
+    before = {(fmt, m, sw): configs.pick(90, fmt, sw, m, 17408 if sw else 5120, 5120, interpreting=False)
+              for fmt in ("bf16", "fp8") for m in (1, 100, 8192) for sw in (False, True)}
+    monkeypatch.setenv(configs.GEMM_WS_ENV, "1")
+    after = {key: configs.pick(90, key[0], key[2], key[1], 17408 if key[2] else 5120, 5120, interpreting=False)
+             for key in before}
+    assert after[("bf16", 8192, False)] == configs.GEMM_WS_TILES[False]
+    assert after[("bf16", 8192, True)] == configs.GEMM_WS_TILES[True] != before[("bf16", 8192, True)]
+    assert all(c.warp_specialize and c.tma and c.num_warps == 4 for c in configs.GEMM_WS_TILES.values())
+    assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
+        {k: v for k, v in before.items() if k[0] != "bf16" or k[1] != 8192}
+    monkeypatch.setenv(configs.GEMM_WS_ENV, "yes")
+    with pytest.raises(KernelValueError, match="MODELD_GEMM_WS"):
+        configs.pick(90, "bf16", False, 8192, 5120, 5120, interpreting=False)
 
 
 def test_int4_layout_is_lo_nibble_first():
@@ -467,6 +497,16 @@ def test_gpu_mid_m(n, k, swiglu, fmt, m, policy, gen, device, poisoned_outputs, 
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
     _check_forced(777, n, k, fmt, swiglu, configs.TileConfig(128, 128, 64, 8, 3, tma=True), gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
+def test_gpu_warp_specialized_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
+    """The warp-specialized TMA tiles the sweep times (sweep-gemm), at 27B shapes and a partial last M block."""
+    tiles = ((128, 128, 64, 4, 3), (128, 128, 64, 4, 4)) if swiglu else ((128, 256, 64, 4, 3), (128, 128, 64, 4, 4))
+    for tile in tiles:
+        _check_forced(777, n, k, fmt, swiglu, configs.TileConfig(*tile, tma=True, warp_specialize=True), gen, device)
 
 
 @pytest.mark.gpu

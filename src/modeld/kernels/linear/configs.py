@@ -39,6 +39,9 @@ class TileConfig:
     # y^T = W x^T, the weight tile as wgmma's register A operand (gemm_swap.py); bf16 / fp8 with tma, int4 always
     # (its packed weights by pointers, x by TMA)
     swap_ab: bool = False
+    # tma GEMM only (not swap_ab): Triton's warp specialization of the K loop (`tl.range(..., warp_specialize=True)`:
+    # producer warps issue the TMA loads, setmaxnreg per role); opt-in sweep candidate
+    warp_specialize: bool = False
     source: str = "default heuristic"
 
 
@@ -205,11 +208,27 @@ def mid_swap_tile(fmt: str, swiglu: bool, m: int, interpreting: bool) -> TileCon
     return TileConfig(bm, 64, 128, 4, 4, tma=True, swap_ab=True, source=f"H200 s21 mid sweep, M {m}")
 
 
+# bf16 prefill-bucket tiles with Triton's warp-specialized K loop (a TMA producer and two wgmma consumer warpgroups;
+# offline sm_90 168 registers, no spill: KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md), keyed by swiglu.
+# $MODELD_GEMM_WS=1 (read per call) puts them in place of TUNED and the default for an engine A/B; untimed.
+GEMM_WS_ENV = "MODELD_GEMM_WS"
+GEMM_WS_TILES = {
+    False: TileConfig(128, 256, 64, 4, 3, tma=True, warp_specialize=True, source="$MODELD_GEMM_WS, untimed"),
+    True: TileConfig(128, 128, 64, 4, 4, tma=True, warp_specialize=True, source="$MODELD_GEMM_WS, untimed"),
+}
+
+
 def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: bool) -> TileConfig:
-    """The config for one launch (exact TUNED entry, else the bucket default)."""
+    """The config for one launch (exact TUNED entry, else the bucket default; $MODELD_GEMM_WS=1: GEMM_WS_TILES for
+    bf16 in the "gemm" bucket). Raises KernelValueError for another $MODELD_GEMM_WS than 0 / 1."""
     bucket = m_bucket(m)
+    ws = os.environ.get(GEMM_WS_ENV) or "0"
+    if ws not in ("0", "1"):
+        raise KernelValueError(f"{GEMM_WS_ENV}={ws!r}: expected 0 or 1")
     if interpreting:  # int4 exercises the reduce-every-step GEMV, the others the 2-D accumulator
         return INTERPRETER_CONFIGS["gemv-reduce" if bucket == "gemv" and fmt == "int4" else bucket]
+    if ws == "1" and bucket == "gemm" and fmt == "bf16":
+        return GEMM_WS_TILES[swiglu]
     return TUNED.get((sm, fmt, swiglu, bucket, n, k)) or _default(fmt, swiglu, bucket, n, k)
 
 

@@ -190,14 +190,16 @@ def _matmul_kernel(x_ptr, w_ptr, ws_ptr, wm_ptr, y_ptr,
 def _gemm_tma_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
                      FORMAT: tl.constexpr, SWIGLU: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, DOT_F32: tl.constexpr):
+                     GROUP_M: tl.constexpr, DOT_F32: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
     # The prefill GEMM with x and W tiles moved by the TMA engine (host tensor descriptors; out-of-
     # bounds rows/columns arrive as zeros). bf16 or fp8 weights (FORMAT 0/1); same epilogue as
     # _matmul_kernel. For SWIGLU the descriptor spans all 2F rows: up rows are n + up_offset.
+    # WARP_SPECIALIZE (TileConfig.warp_specialize): Triton splits the K loop into TMA-producer and wgmma-consumer
+    # warps (offline sm_90: KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md).
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16
         wg = w_desc.load([pid_n * BLOCK_N, k0])  # [BN, BK]
         if DOT_F32:
@@ -234,6 +236,8 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError("tile config tma=True is for bf16/fp8 weights with block_m >= 16")
     if cfg.swap_ab and cfg.block_n % 64:
         raise KernelValueError(f"a swap_ab tile needs block_n a multiple of 64 (wgmma rows), got {cfg.block_n}")
+    if cfg.warp_specialize and cfg.swap_ab:
+        raise KernelValueError("tile config warp_specialize=True is for the tma GEMM without swap_ab")
     for name, t in (("x", x), ("weight", w)):
         if not _tma_aligned(t):
             raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
@@ -241,10 +245,11 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     kernel = _gemm_tma_swap_kernel if cfg.swap_ab else _gemm_tma_kernel
+    ws_kwargs = {"WARP_SPECIALIZE": True} if cfg.warp_specialize else {}
     kernel[grid](
         x_desc, w_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
         FORMAT=fmt, SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GROUP_M=cfg.group_m, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **ws_kwargs,
     )
     return y
 
