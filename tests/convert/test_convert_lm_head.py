@@ -64,7 +64,7 @@ def test_quantized_head_is_recorded_and_changes_only_the_head(profile, tiny_ckpt
     assert row["max_abs_err"] == pytest.approx(float((w_hat - w).abs().max()), rel=1e-4)
 
 
-def test_preview_and_direct_write_equal_convert(tiny_ckpt, tmp_path):
+def test_preview_and_direct_write_equal_convert(tiny_ckpt, tmp_path, capsys):
     """The CPU identity expectation of a quantized-head artifact is computed like the others'."""
     ref = emit(plan_hf(tiny_ckpt, "int4", lm_head="int4"), tmp_path / "ref.mspec")
     ident = synth_identity("tiny", 7, "int4", workers=1, lm_head="int4")
@@ -73,6 +73,11 @@ def test_preview_and_direct_write_equal_convert(tiny_ckpt, tmp_path):
     assert synth_main(["--config", "tiny", "--seed", "7", "--to-mspec", str(out), "--profile", "int4",
                        "--lm-head", "int4", "--workers", "1"]) == 0
     assert out.read_bytes() == ref.path.read_bytes()
+    capsys.readouterr()
+    assert synth_main(["--config", "tiny", "--seed", "7", "--identity", "--profile", "int4", "--lm-head", "int4",
+                       "--workers", "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["weights_id"], shown["recipe_hash"]) == (ref.directory.weights_id, ref.directory.recipe_hash)
 
 
 def test_bad_lm_head_choices_raise(tiny_ckpt, tmp_path):

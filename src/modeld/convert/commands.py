@@ -126,7 +126,8 @@ def _synth_artifact(args, shape) -> int:
 
         ident = synth_identity(args.config, args.seed, args.profile, layers=args.layers,
                                include_mtp=not args.no_mtp, model_id=args.model_id, device=device,
-                               workers=args.workers, hash_workers=args.hash_workers, prefetch_bytes=prefetch)
+                               workers=args.workers, hash_workers=args.hash_workers, prefetch_bytes=prefetch,
+                               lm_head=args.lm_head)
         print(json.dumps({**ident.as_json(), "seconds": round(time.perf_counter() - start, 1)}, indent=2))
         return 0
     from modeld.convert.synth_source import write_synth_mspec
