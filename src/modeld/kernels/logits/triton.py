@@ -34,13 +34,14 @@ def _zc_rmsnorm_kernel(h_ptr, w_ptr, out_ptr, D, stride_h, stride_o, eps, BLOCK_
     tl.store(out_ptr + r * stride_o + d, round_to(x * inv * (1.0 + w), tl.bfloat16), mask=ok)
 
 
-def _zc_rms_norm(h: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head: torch.Tensor) -> torch.Tensor:
-    """The bf16 normalised rows xn [M, D] (checks h, norm_weight, eps and lm_head's device)."""
+def _zc_rms_norm(h: torch.Tensor, norm_weight: torch.Tensor, eps: float, head: torch.Tensor) -> torch.Tensor:
+    """The bf16 normalised rows xn [M, D]; checks h, norm_weight, eps and that `head` (the lm_head's first
+    tensor; its dtype and shape are checked by the linear op or the caller) is on their device."""
     check_tensor("h", h, dtypes=(torch.bfloat16,), shape=(None, None))
     m, d = h.shape
     check_tensor("norm_weight", norm_weight, dtypes=(torch.bfloat16, torch.float32), shape=(d,))
     eps = check_positive("eps", eps)
-    device = check_same_device(h=h, norm_weight=norm_weight, lm_head=lm_head)
+    device = check_same_device(h=h, norm_weight=norm_weight, lm_head=head)
     xn = torch.empty((m, d), dtype=torch.bfloat16, device=device)
     if m:
         _zc_rmsnorm_kernel[(m,)](h, norm_weight, xn, d, h.stride(0), xn.stride(0), eps,
