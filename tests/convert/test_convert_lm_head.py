@@ -37,6 +37,10 @@ def test_default_recipe_dict_is_unchanged():
         assert got == recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head="bf16")
         # the recipe hash the committed 27B identities (and their certifications) were made with
         assert F.recipe_hash(got) == expected[f"27b/{profile}"]["recipe_hash"]
+    for profile in ("fp8", "int4"):   # the CPU expectations of the quantized-head artifacts: this recipe's
+        qhead = F.recipe_hash(recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head=profile))
+        for config in ("27b", "small"):
+            assert expected[f"{config}/{profile}+qhead"]["recipe_hash"] == qhead
 
 
 @pytest.mark.parametrize("profile", ["fp8", "int4"])
