@@ -187,15 +187,17 @@ def hf_engine_state(args, R):
     return st
 
 
-def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, suffix_bucket: int | None = None):
+def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, suffix_bucket: int | None = None,
+                   lm_head: str = "bf16"):
     """(engine, build seconds): a Qwen35Engine for `profile` built from the weights HF's model holds
-    (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4), with
-    `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are dropped after the build."""
+    (`st.model`, `st.shape`; quantized on the device with the converter's functions for fp8 / int4, the lm_head
+    too unless `lm_head` is "bf16"), with `st.cfg`, `st.dev`, `st.capacity`; the quantizer's host copies are
+    dropped after the build."""
     from modeld.qualify.hf_weights import HFParamSource, QuantizedSource
 
     src = HFParamSource(st.model, st.shape, engine_bench.SynthSource(st.shape, seed, workers))
     if profile != "bf16":
-        src = QuantizedSource(src, profile)
+        src = QuantizedSource(src, profile, lm_head=lm_head != "bf16")
     t0 = time.perf_counter()
     eng = build_engine(st.cfg, src, st.dev, st.capacity, slots, suffix_bucket)
     sync()

@@ -76,6 +76,8 @@ def div_probe() -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="int4", choices=["bf16", "fp8", "int4"])
+    p.add_argument("--lm-head", default="bf16", choices=["bf16", "fp8", "int4"],
+                   help="as `modeld convert --lm-head`: bf16 (default) or the --profile's own format (key P+qhead)")
     p.add_argument("--config", default="27b", choices=["27b", "small", "tiny"], help="synth preset (dry runs: small)")
     p.add_argument("--out-dir", type=Path, default=Path("/tmp"), help="where the artifact goes (default /tmp)")
     p.add_argument("--workers", type=int, default=16, help="synth generator threads (default 16)")
@@ -83,13 +85,14 @@ def main() -> int:
     p.add_argument("--skip-gpu-tests", action="store_true", help="skip step 1")
     args = p.parse_args()
 
-    out = args.out_dir / f"qwen3_5-{args.config}-seed0-{args.profile}.mspec"
+    name = args.profile + ("+qhead" if args.lm_head != "bf16" else "")     # the expectation's key and the file
+    out = args.out_dir / f"qwen3_5-{args.config}-seed0-{name}.mspec"
     need = 25e9 if args.config == "27b" else 1e9                  # int4 27B: 18.3 GB
     report_dir = Path(os.environ.get("OUT", "."))
     env = dict(os.environ, MODELD_PROGRESS="lines", MODELD_PROGRESS_EVERY="10")
     py = sys.executable
     free = shutil.disk_usage(args.out_dir).free
-    results: dict = {"artifact": str(out), "config": args.config, "profile": args.profile, "device": args.device,
+    results: dict = {"artifact": str(out), "config": args.config, "profile": name, "device": args.device,
                      "free_disk_gb_before": round(free / 1e9, 1)}
     try:
         import numpy
@@ -113,7 +116,8 @@ def main() -> int:
                            "-p", "no:cacheprovider"], results, env, timeout=120)
     write = step("write", [py, "-m", "modeld", "synth", "--family", "qwen3_5", "--config", args.config, "--seed", "0",
                            "--to-mspec", str(out), "--profile", args.profile, "--device", args.device,
-                           "--workers", str(args.workers), "--force"], results, env, timeout=330)
+                           "--workers", str(args.workers), "--force"]
+                 + (["--lm-head", args.lm_head] if args.lm_head != "bf16" else []), results, env, timeout=330)
     ok = write is not None and write.returncode == 0
     if ok:
         results["write"]["file_gb"] = round(out.stat().st_size / 1e9, 3)
@@ -122,7 +126,7 @@ def main() -> int:
             results["identity"] = json.loads(inspect.stdout)
         verify = step("verify", [py, "-m", "modeld", "verify", str(out)], results, env, timeout=110)
         ok = ok and inspect is not None and inspect.returncode == 0 and verify is not None and verify.returncode == 0
-    key = f"{args.config}/{args.profile}"
+    key = f"{args.config}/{name}"
     expected = json.loads(EXPECTED.read_text()).get(key) if EXPECTED.is_file() else None
     if expected and "identity" in results:
         got = results["identity"]

@@ -18,6 +18,11 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   engine_fp8, engine_int4
               quantized with the converter's own functions from HF's params on the GPU; same speed
               numbers; quality vs HF bf16 (top-1 agreement, mean KL(HF bf16 ‖ engine))
+  engine_fp8+qhead, engine_int4+qhead
+              only when --profiles names them: the artifact of `modeld convert --profile P --lm-head P` (the
+              lm_head quantized in the profile's format too); like engine_fp8 / engine_int4 without the batch
+              and by-chunk extras; its own rung 6 (HF's lm_head dequantized too), weights_id (expected key
+              "<config>/<profile>+qhead") and record
   engine_fp8+w8a8
               only when --profiles names it: the fp8 engine with its prefill GEMMs (M >= W8A8_MIN_M)
               on fp8 tensor cores (activations quantised per token, linear/w8a8.py; the switch
@@ -72,13 +77,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _qwen_common as C  # noqa: E402
-from cert_rung6 import RUNG6_FACTOR, VARIANTS, base_profile, rung6_stage  # noqa: E402, F401  (rung 6, variants)
+from cert_rung6 import (RUNG6_FACTOR, VARIANTS, base_profile, convert_flags, own_artifact,  # noqa: E402, F401
+                        rung6_stage, variant)  # rung 6, variants
 
 PROFILES = ("bf16", "fp8", "int4")
 @contextlib.contextmanager
 def prefill_route(name: str):
     """Hold the variant's fp8 prefill route (linear.triton reads FP8_PREFILL at every launch) for one stage."""
-    mode = VARIANTS.get(name, (name, None))[1]
+    mode = variant(name).fp8_prefill
     if mode is None:
         yield
         return
@@ -120,7 +126,8 @@ def parse(argv):
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget; optional stages are skipped past it")
     ap.add_argument("--profiles", default="bf16,fp8,int4",
                     help="engine profiles (bf16 first: it sets the gate scale); also fp8+w8a8 (the fp8 engine with "
-                         "w8a8 prefill GEMMs)")
+                         "w8a8 prefill GEMMs), fp8+qhead / int4+qhead (the artifact of `modeld convert --profile P "
+                         "--lm-head P`: lm_head quantized too; own weights_id, rung 6 and record)")
     ap.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler stage")
     ap.add_argument("--ttft-chunks", default="2048,4096",
                     help="prefill_chunk values timed at the longest TTFT length per engine, beside the default "
@@ -223,8 +230,8 @@ def _engine_stage(R, st, profile: str):
     from modeld.qualify.logit_compare import compare_fixture, compare_logits, merge, quality
 
     a = R.args
-    variant = profile in VARIANTS
-    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers)
+    is_variant = profile in VARIANTS
+    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers, lm_head=variant(profile).lm_head)
     res: dict = {"profile": profile, "load": {
         "seconds": load_s, "profile": eng.weights.profile_summary(), "weights_bytes": eng.weights.nbytes,
         "state_bytes": eng.state.nbytes, "graph_captured": eng.graph.captured, "graph_error": eng.graph_error,
@@ -254,7 +261,7 @@ def _engine_stage(R, st, profile: str):
               "speedup_vs_hf": hf["p50_s"] / d["p50_s"] if hf else None})
     res["decode"] = d
     res["ttft"] = C.engine_bench.ttft(eng, st.ttft_lengths)
-    if a.ttft_chunks and not variant and R.elapsed() < a.budget_s * 0.6:
+    if a.ttft_chunks and not is_variant and R.elapsed() < a.budget_s * 0.6:
         res["ttft_by_chunk"] = C.engine_bench.ttft_by_chunk(eng, max(st.ttft_lengths), a.ttft_chunks)
     if profile == "bf16":
         st.noise = res["vs_hf"]
@@ -279,7 +286,7 @@ def _engine_stage(R, st, profile: str):
             st.quant_long[profile] = long
     del eng, flip, long
     C.release()
-    if a.batch_slots > 1 and not variant and R.elapsed() < a.budget_s * 0.7:
+    if a.batch_slots > 1 and not is_variant and R.elapsed() < a.budget_s * 0.7:
         res["batch"] = batch_stage(R, st, profile, logits)
     del logits
     C.release()
@@ -314,7 +321,8 @@ def batch_stage(R, st, profile: str, one_slot_logits) -> dict:
     from modeld.qualify.logit_compare import compare_logits, merge
 
     a = R.args
-    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers, a.batch_slots)
+    eng, load_s = C.engine_from_hf(st, base_profile(profile), a.seed, a.workers, a.batch_slots,
+                                   lm_head=variant(profile).lm_head)
     logits = C.engine_tf_logits(eng, st.forced)
     out = {"slots": a.batch_slots, "load_s": load_s, "graph_captured": eng.graph.captured,
            "vs_one_slot": merge([compare_logits(e, r, a.top_k, a.tie) for e, r in zip(logits, one_slot_logits)]),
@@ -340,15 +348,16 @@ def weights_id_stage(R, st):
     path = R.args.expected_ids
     expected = json.load(open(path)) if path and os.path.exists(path) else {}
     res["expected_ids"] = os.path.relpath(path) if expected else None
-    for p in [p for p in st.profiles if p not in VARIANTS]:   # a variant has its profile's weights
+    for p in [p for p in st.profiles if own_artifact(p)]:   # a kernel-route variant has its profile's weights
         # estimate: the artifact's bytes hashed (and moved to the host) at ~3 GB/s
         est = R.doc["stages"].get(f"engine_{p}", {}).get("load", {}).get("weights_bytes", 0) / 3e9
         if R.left() < est + 30:
             res["profiles"][p] = {"skipped": f"budget: {R.left():.0f} s left"}
             continue
         t0 = time.perf_counter()
-        ident = hf_identity(st.model, st.shape, R.args.seed, p, device=st.dev.type if st.dev.type == "cuda" else None,
-                            workers=R.args.workers, hash_workers=max(1, min(8, (os.cpu_count() or 2) // 2)))
+        ident = hf_identity(st.model, st.shape, R.args.seed, base_profile(p),
+                            device=st.dev.type if st.dev.type == "cuda" else None, workers=R.args.workers,
+                            hash_workers=max(1, min(8, (os.cpu_count() or 2) // 2)), lm_head=variant(p).lm_head)
         res["profiles"][p] = {**ident.as_json(), "seconds": time.perf_counter() - t0, "estimated_s": est}
         want = expected.get(f"{R.args.config}/{p}", {}).get("weights_id")
         if want is not None:  # precomputed on the CPU by the converter itself (identity preview)
@@ -391,8 +400,8 @@ def finish(R, st) -> None:
         g = S.get("engine_bf16", {}).get("gate") if p == "bf16" else S.get(f"rung6_{p}", {}).get("gate")
         gates[p] = None if g is None else g["pass"]
     R.doc["gates"], R.doc["certs"] = gates, []
-    for p in [p for p in st.profiles if p not in VARIANTS]:   # a variant is evidence, not a cell
-        rec = cert_record(R.doc, p, seed=R.args.seed)
+    for p in [p for p in st.profiles if own_artifact(p)]:   # a kernel-route variant is evidence, not a cell
+        rec = cert_record(R.doc, p, seed=R.args.seed, convert=convert_flags(p))
         if rec is not None:
             name = f"cert-engine-qwen3_5-{R.args.config}-synthetic-{p}.json"
             with open(os.path.join(R.args.out, name), "w") as f:
@@ -462,8 +471,8 @@ def main(argv=None) -> int:
         if st.noise is None:
             R.skip(f"rung6_{p}", "no bf16 noise scale (engine_bf16 did not run)")
             continue
-        if st.swap is None:
-            st.swap = DequantSwap(st.model, st.shape)
+        if st.swap is None:   # the lm_head is backed up too when a quantized-head variant will swap it
+            st.swap = DequantSwap(st.model, st.shape, lm_head=any(variant(q).lm_head != "bf16" for q in st.profiles))
         R.stage(f"rung6_{p}", rung6_stage, R, st, p)
         finish(R, st)          # records so far: a run killed at the call's time limit keeps them
 

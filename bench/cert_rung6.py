@@ -6,6 +6,7 @@ revised in session 6 after bench/rung6_flip_rate.py measured its chance rate).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import _qwen_common as C
 # Rung-6 gate factor, fixed before the 27B run: the bf16 engine vs HF difference in the same run
@@ -36,13 +37,39 @@ LONG_RULE = ("on the long set: max |Δ|, mean |Δ| <= RUNG6_FACTOR x the bf16 en
              "flips <= RUNG6_FACTOR x max(1, the bf16 engine's count there)")
 
 
-# a variant runs a profile's engine with one kernel route switched for its stage: name -> (profile, FP8_PREFILL)
-VARIANTS = {"fp8+w8a8": ("fp8", "w8a8")}
+@dataclass(frozen=True)
+class Variant:
+    """A profile's engine with one thing changed for its stage."""
+
+    profile: str                    # the weights profile ("fp8+w8a8" -> "fp8")
+    fp8_prefill: str | None = None  # a kernel route: linear.triton.FP8_PREFILL held for the stage (same weights)
+    lm_head: str = "bf16"           # `modeld convert --lm-head`: another artifact (its own weights_id and record)
+
+
+VARIANTS = {"fp8+w8a8": Variant("fp8", fp8_prefill="w8a8"),
+            "fp8+qhead": Variant("fp8", lm_head="fp8"), "int4+qhead": Variant("int4", lm_head="int4")}
+
+
+def variant(name: str) -> Variant:
+    """The --profiles entry `name` as a Variant (a plain profile: nothing changed)."""
+    return VARIANTS.get(name, Variant(name))
 
 
 def base_profile(name: str) -> str:
     """The weights profile a --profiles entry runs on ("fp8+w8a8" -> "fp8")."""
-    return VARIANTS.get(name, (name, None))[0]
+    return variant(name).profile
+
+
+def own_artifact(name: str) -> bool:
+    """Whether `name` is an artifact of its own (a profile, or a quantized-head variant): it gets a weights_id
+    and a certification record; a kernel-route variant is evidence for its profile's cell, not a cell."""
+    return name not in VARIANTS or variant(name).lm_head != "bf16"
+
+
+def convert_flags(name: str) -> str:
+    """The `modeld convert` flags of the artifact `name` runs ("--profile int4 --lm-head int4")."""
+    v = variant(name)
+    return f"--profile {v.profile}" + (f" --lm-head {v.lm_head}" if v.lm_head != "bf16" else "")
 
 
 def long_gate(cmp: dict, noise: dict) -> dict:
@@ -61,7 +88,8 @@ def rung6_stage(R, st, profile: str):
     """Swap HF's quantized linears for bf16(dequant(quant(W))) (backing the originals up once), compare the
     engine's teacher-forced logits of `profile` (kept by engine_stage) with HF's on the fixture, the flip set
     and the long set, gate them, and restore HF unless this is the last profile and the budget is short.
-    `profile` may be a variant ("fp8+w8a8"): HF then takes its weights profile's dequantized weights."""
+    `profile` may be a variant ("fp8+w8a8"): HF then takes its weights profile's dequantized weights (a
+    quantized-head variant's lm_head too)."""
     from modeld.qualify.logit_compare import compare_logits, merge
 
     a, sw, res = R.args, st.swap, {"profile": profile}
@@ -69,7 +97,7 @@ def rung6_stage(R, st, profile: str):
         t0 = time.perf_counter()
         res["backup"] = {"checksum": sw.backup(), "bytes": sw.nbytes, "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    res["swapped_tensors"] = sw.apply(base_profile(profile))
+    res["swapped_tensors"] = sw.apply(base_profile(profile), lm_head=variant(profile).lm_head != "bf16")
     res["swap_s"] = time.perf_counter() - t0
     res["swapped_checksum"] = sw.checksum()
     deq = C.hf_tf_logits(st.model, st.forced, st.dev)

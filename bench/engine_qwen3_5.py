@@ -203,12 +203,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--profile", default="bf16", choices=("bf16", "fp8", "int4"),
                     help="weight profile: bf16 (default; parity vs the fixture) or fp8/int4 (quantized on the fly)")
+    ap.add_argument("--lm-head", default="bf16", choices=("bf16", "fp8", "int4"),
+                    help="lm_head as `modeld convert --lm-head`: bf16 (default) or the --profile's own format")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu = dry run on reference kernels (tiny presets)")
     args = ap.parse_args(argv)
 
     import torch
 
     from modeld.convert.qwen3_5_spec import hf_config, preset
+    from modeld.convert.recipe import check_lm_head
     from modeld.execution.bindings import reference_kernels, triton_kernels
     from modeld.models.qwen3_5.config import Qwen35Config
     from modeld.models.qwen3_5.engine import EngineOptions, Qwen35Engine
@@ -230,10 +233,12 @@ def main(argv=None) -> int:
     shape = preset(args.config, args.layers)
     cfg = Qwen35Config.from_hf(hf_config(shape))
     src = SynthSource(shape, args.seed, args.workers)
-    if args.profile != "bf16":  # the converter's bytes for `modeld convert --profile P`, quantized on the GPU
+    check_lm_head(args.profile, args.lm_head)
+    if args.profile != "bf16":  # the bytes of `modeld convert --profile P [--lm-head P]`, quantized on the GPU
         from modeld.qualify.hf_weights import QuantizedSource
 
-        src = QuantizedSource(src, args.profile, device="cuda" if dev.type == "cuda" else None)
+        src = QuantizedSource(src, args.profile, device="cuda" if dev.type == "cuda" else None,
+                              lm_head=args.lm_head != "bf16")
     opts = EngineOptions(slots=1, capacity=args.capacity, checkpoints=2)  # the cell's prefill schedule
 
     def save():

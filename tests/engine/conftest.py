@@ -53,16 +53,18 @@ def hf_model(ckpt_dir):
 
 @pytest.fixture(scope="session")
 def mspec_file(ckpt_dir, tmp_path_factory):
-    """Factory: preset name -> the synthetic checkpoint converted to a bf16 .mspec (once)."""
+    """Factory: (preset name, profile, lm_head) -> the synthetic checkpoint converted to a .mspec (once)."""
     from modeld.convert.commands import convert_main
 
-    made: dict[tuple[str, str], Path] = {}
+    made: dict[tuple[str, str, str], Path] = {}
 
-    def get(name: str, profile: str = "bf16") -> Path:
-        if (name, profile) not in made:
-            out = tmp_path_factory.mktemp("mspec") / f"{name}-{profile}.mspec"
-            assert convert_main([str(ckpt_dir(name)), "-o", str(out), "--profile", profile]) == 0
-            made[(name, profile)] = out
-        return made[(name, profile)]
+    def get(name: str, profile: str = "bf16", lm_head: str = "bf16") -> Path:
+        key = (name, profile, lm_head)
+        if key not in made:
+            out = tmp_path_factory.mktemp("mspec") / f"{name}-{profile}-head-{lm_head}.mspec"
+            argv = [str(ckpt_dir(name)), "-o", str(out), "--profile", profile]
+            assert convert_main(argv + (["--lm-head", lm_head] if lm_head != "bf16" else [])) == 0
+            made[key] = out
+        return made[key]
 
     return get

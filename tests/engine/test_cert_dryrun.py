@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 STAGES = ("hf_load", "hf_control", "engine_bf16", "engine_fp8", "rung6_fp8", "engine_int4", "rung6_int4",
-          "engine_fp8+w8a8", "rung6_fp8+w8a8", "weights_id", "profile")
+          "engine_fp8+w8a8", "rung6_fp8+w8a8", "engine_int4+qhead", "rung6_int4+qhead", "weights_id", "profile")
 
 
 def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -84,20 +84,28 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
     w8a8, fp8 = S["rung6_fp8+w8a8"]["vs_dequantized_hf"], S["rung6_fp8"]["vs_dequantized_hf"]
     assert w8a8["max_abs_full"] == fp8["max_abs_full"]
     assert "fp8+w8a8" not in S.get("weights_id", {}).get("profiles", {})
-    assert set(doc["gates"]) == {"hf_greedy_equals_fixture", "bf16", "fp8", "int4", "fp8+w8a8"}
-    assert all(isinstance(doc["gates"][p], bool) for p in ("bf16", "fp8", "int4", "fp8+w8a8"))
+    # the quantized-head artifact: a smaller arena, HF's lm_head dequantized too in its rung 6 (and restored)
+    qh, r6 = S["engine_int4+qhead"], S["rung6_int4+qhead"]
+    assert "batch" not in qh and qh["load"]["profile"] == S["engine_int4"]["load"]["profile"]
+    assert qh["load"]["weights_bytes"] < S["engine_int4"]["load"]["weights_bytes"]
+    assert r6["swapped_tensors"] == S["rung6_int4"]["swapped_tensors"] + 1
+    assert r6["swapped_checksum"] not in (S["rung6_int4"]["swapped_checksum"], S["rung6_fp8"]["backup"]["checksum"])
+    assert r6["restore"]["checksum"] == S["rung6_fp8"]["backup"]["checksum"]
+    assert r6["vs_dequantized_hf"]["max_abs_full"] < qh["quality_vs_bf16"]["max_abs_full"]
+    assert set(doc["gates"]) == {"hf_greedy_equals_fixture", "bf16", "fp8", "int4", "fp8+w8a8", "int4+qhead"}
+    assert all(isinstance(doc["gates"][p], bool) for p in ("bf16", "fp8", "int4", "fp8+w8a8", "int4+qhead"))
     assert (doc["gates"]["hf_greedy_equals_fixture"] is not None) == fixture_used
     assert ("vs_fixture" in S["engine_bf16"]) == fixture_used
     if have_ids:
         ids = S["weights_id"]["profiles"]
-        assert len({ids[p]["weights_id"] for p in ("bf16", "fp8", "int4")}) == 3
+        assert len({ids[p]["weights_id"] for p in ("bf16", "fp8", "int4", "int4+qhead")}) == 4
     assert S["profile"]["decode_eager_step"] and S["hf_control"]["decode"]["steps"] > 0
     for t in S["engine_bf16"]["ttft"] + S["hf_control"]["ttft"]:
         assert t["ttft_s_min"] > 0
 
 
 def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
-    for p in ("bf16", "fp8", "int4"):
+    for p in ("bf16", "fp8", "int4", "int4+qhead"):
         rec = json.loads((out / f"cert-engine-qwen3_5-tiny-synthetic-{p}.json").read_text())
         for key in ("bench", "date_utc", "argv", "versions", "load", "fixture", "parity_triton", "decode", "ttft",
                     "peak_gpu_mem", "hf_control_same_run", "teacher_forced_vs_hf", "gate"):
@@ -105,7 +113,10 @@ def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
         if have_ids:
             assert rec["weights"]["weights_id"] == doc["stages"]["weights_id"]["profiles"][p]["weights_id"]
         assert (rec["rung6"] is None) == (p == "bf16")
-    assert not list(out.glob("cert-engine-*w8a8*")) and len(doc["certs"]) == 3   # a variant writes no record
+    # a kernel-route variant writes no record; the quantized-head artifact does, with its convert flags
+    assert not list(out.glob("cert-engine-*w8a8*")) and len(doc["certs"]) == 4
+    rec = json.loads((out / "cert-engine-qwen3_5-tiny-synthetic-int4+qhead.json").read_text())
+    assert rec["weights"]["recipe"].endswith("modeld convert --profile int4 --lm-head int4")
 
 
 DRY = ["--device", "cpu", "--config", "tiny", "--ttft", "16,32", "--hf-probe", "16", "--steps", "2",
@@ -153,11 +164,13 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
     if have_ids:
         from modeld.convert.identity_preview import synth_identity
 
+        qhead = synth_identity("tiny", 0, "int4", workers=2, lm_head="int4").weights_id
         expected.write_text(json.dumps({"tiny/bf16": {"weights_id": synth_identity("tiny", 0, "bf16", workers=2).weights_id},
-                                        "tiny/int4": {"weights_id": "sha256:" + "0" * 64}}))
+                                        "tiny/int4": {"weights_id": "sha256:" + "0" * 64},
+                                        "tiny/int4+qhead": {"weights_id": qhead}}))
     out = tmp_path / "out"
     r = _run([str(BENCH / "cert_qwen3_5_27b.py"), "--out", str(out), "--fixture", str(fixture),
-              "--expected-ids", str(expected), "--profiles", "bf16,fp8,int4,fp8+w8a8", *DRY], 300)
+              "--expected-ids", str(expected), "--profiles", "bf16,fp8,int4,fp8+w8a8,int4+qhead", *DRY], 300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((out / "cert_qwen3_5_27b.json").read_text())
     _check_doc(doc, fixture_used=True, have_ids=have_ids)
@@ -170,6 +183,7 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
     if have_ids:
         ids = doc["stages"]["weights_id"]["profiles"]
         assert ids["bf16"]["matches_expected"] is True and ids["int4"]["matches_expected"] is False
+        assert ids["int4+qhead"]["matches_expected"] is True
         assert "matches_expected" not in ids["fp8"]
     else:
         assert "weights_id" in doc["skipped"]
@@ -253,6 +267,11 @@ def test_hf_param_source_matches_synth_values(tiny_hf):
         assert q.meta(f"{base}.{comp}") == (got.dtype, tuple(got.shape))
         assert torch.equal(got, want[comp])
     assert "model.language_model.layers.0.linear_attn.in_proj_a.weight" in q.names()   # kept bf16
+    assert q.tensor("lm_head.weight").dtype == torch.bfloat16 and "lm_head.qweight" not in q.names()
+    qh = QuantizedSource(src, "int4", lm_head=True)                                     # --lm-head int4
+    want = quantize_parts(synth.tensor("lm_head.weight"), "int4", "lm_head")
+    assert "lm_head.weight" not in qh.names() and qh.meta("lm_head.scales") == (torch.float16, want["scales"].shape)
+    assert all(torch.equal(qh.tensor(f"lm_head.{c}"), want[c]) for c in ("qweight", "scales", "mins"))
 
 
 def test_dequant_swap_order_and_checksum(tiny_hf):
@@ -274,6 +293,17 @@ def test_dequant_swap_order_and_checksum(tiny_hf):
         sw.restore()
     word[0] -= 1
     assert sw.restore() == original
+    with pytest.raises(SwapStateError):
+        sw.apply("int4", lm_head=True)       # built without the lm_head
+    head = model.lm_head.weight
+    sh = DequantSwap(model, shape, lm_head=True)
+    before = head.detach().clone()
+    sh.backup()
+    assert sh.apply("int4") == len(sw.targets) and torch.equal(head, before)     # the head only when asked
+    sh.restore()
+    assert sh.apply("int4", lm_head=True) == len(sw.targets) + 1 and not torch.equal(head, before)
+    sh.restore()
+    assert torch.equal(head, before)
 
 
 def test_hf_identity_equals_converter_identity(tiny_hf):
@@ -282,7 +312,17 @@ def test_hf_identity_equals_converter_identity(tiny_hf):
     from modeld.qualify.hf_identity import hf_identity
 
     model, shape = tiny_hf
-    for profile in ("bf16", "int4"):
-        a = hf_identity(model, shape, 0, profile, workers=2, hash_workers=1)
-        b = synth_identity("tiny", 0, profile, workers=2)
+    for profile, lm_head in (("bf16", "bf16"), ("int4", "bf16"), ("fp8", "fp8")):
+        a = hf_identity(model, shape, 0, profile, workers=2, hash_workers=1, lm_head=lm_head)
+        b = synth_identity("tiny", 0, profile, workers=2, lm_head=lm_head)
         assert a.weights_id == b.weights_id and a.directory_sha256 == b.directory_sha256
+
+
+def test_variants_name_their_artifact():
+    sys.path.insert(0, str(BENCH))
+    from cert_rung6 import base_profile, convert_flags, own_artifact, variant
+
+    assert [base_profile(p) for p in ("bf16", "fp8+w8a8", "fp8+qhead", "int4+qhead")] == ["bf16", "fp8", "fp8", "int4"]
+    assert [own_artifact(p) for p in ("int4", "fp8+w8a8", "fp8+qhead")] == [True, False, True]
+    assert convert_flags("int4+qhead") == "--profile int4 --lm-head int4" and convert_flags("fp8") == "--profile fp8"
+    assert variant("fp8+w8a8").fp8_prefill == "w8a8" and variant("fp8+qhead").fp8_prefill is None

@@ -1,4 +1,5 @@
-"""logits: final zero-centred RMSNorm + lm_head, Triton vs reference (the spec), fp32 logits."""
+"""logits: final zero-centred RMSNorm + lm_head, Triton vs reference (the spec), fp32 logits; the lm_head
+bf16 or quantized (fp8 / int4, the converter's `--lm-head`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from modeld.kernels._testing import assert_close, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelValueError
+from modeld.kernels.linear import quant
 from modeld.kernels.logits import reference as ref
 from modeld.kernels.logits import triton as tt
 
@@ -61,6 +63,73 @@ def test_bad_inputs_raise(device):
 @pytest.mark.parametrize("m", [1, 4, 16, 33])
 def test_gpu_27b_vocab(m, gen, device, poisoned_outputs):
     _check(m, 5120, 248320, torch.bfloat16, gen, device)
+
+
+def _quantized(fmt: str, v: int, d: int, gen, device):
+    """(function name, weight parts, the parts dequantised to fp32) of a random lm_head [V, D]."""
+    w = torch.randn(v, d, generator=gen) / d**0.5
+    parts = quant.quantize_fp8(w) if fmt == "fp8" else quant.quantize_int4(w, int(fmt.removeprefix("int4g")))
+    deq = quant.dequantize_fp8(*parts) if fmt == "fp8" else quant.dequantize_int4(*parts)
+    name = "final_norm_logits_fp8" if fmt == "fp8" else "final_norm_logits_int4"
+    return name, tuple(p.to(device) for p in parts), deq.to(device)
+
+
+def _check_quantized(m, d, v, fmt, gen, device):
+    h = (torch.randn(m, d, generator=gen) * 4).bfloat16().to(device)
+    w = (torch.randn(d, generator=gen) * 0.2).bfloat16().to(device)
+    name, parts, deq = _quantized(fmt, v, d, gen, device)
+    got = getattr(tt, name)(h, w, *parts, 1e-6)
+    want = getattr(ref, name)(h, w, *parts, 1e-6)
+    assert_close(got, want, tol=_tol(), what=f"{name} M={m} D={d} V={v}")
+    # against the bf16 path on the dequantised head: only W's rounding to bf16 (2^-9 relative) apart
+    head_bf16 = ref.final_norm_logits(h, w, deq.bfloat16(), 1e-6)
+    scale = head_bf16.abs().max().item()
+    assert (got - head_bf16).abs().max().item() <= 2**-7 * scale, (got - head_bf16).abs().max()
+
+
+QUANT_FORMATS = ["fp8", "int4g32", "int4g128"]
+QUANT_CASES = [(1, 256, 500), (3, 256, 333), (20, 128, 63)]
+
+
+@pytest.mark.parametrize("fmt", QUANT_FORMATS)
+@pytest.mark.parametrize("m,d,v", QUANT_CASES, ids=[f"M{m}-D{d}-V{v}" for m, d, v in QUANT_CASES])
+def test_quantized_head_matches_reference(m, d, v, fmt, gen, device, poisoned_outputs):
+    _check_quantized(m, d, v, fmt, gen, device)
+
+
+def test_quantized_reference_is_the_dequantized_product(gen):
+    h = torch.randn(2, 128, generator=gen).bfloat16()
+    w = torch.randn(128, generator=gen).bfloat16()
+    for fmt in QUANT_FORMATS:
+        name, parts, deq = _quantized(fmt, 10, 128, gen, "cpu")
+        xn = ref._zc_rms_norm(h, w, 1e-6)
+        assert torch.equal(getattr(ref, name)(h, w, *parts, 1e-6), xn.float() @ deq.T)
+        # and not the bf16 head's logits: the quantization error is visible (no silent bf16 fallback)
+        assert not torch.equal(getattr(ref, name)(h, w, *parts, 1e-6), xn.float() @ (deq + 1e-3).T)
+
+
+def test_quantized_bad_inputs_raise(gen, device):
+    h = torch.randn(2, 128, generator=gen).bfloat16().to(device)
+    w = torch.randn(128, generator=gen).bfloat16().to(device)
+    _, (q, s), _ = _quantized("fp8", 10, 128, gen, device)
+    _, (qw, sc, mn), _ = _quantized("int4g32", 10, 128, gen, device)
+    with pytest.raises(KernelDtypeError):
+        tt.final_norm_logits_fp8(h, w, q.view(torch.uint8), s, 1e-6)
+    with pytest.raises(KernelShapeError):
+        tt.final_norm_logits_fp8(h, w, q, s[:5], 1e-6)
+    with pytest.raises(KernelShapeError):
+        tt.final_norm_logits_int4(h[:, :64].contiguous(), w[:64], qw, sc, mn, 1e-6)
+    with pytest.raises(KernelDtypeError):
+        tt.final_norm_logits_int4(h, w, qw, sc.float(), mn, 1e-6)
+    with pytest.raises(KernelValueError):
+        tt.final_norm_logits_int4(h, w, qw, sc, mn, 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8", "int4g128"])
+@pytest.mark.parametrize("m", [1, 4, 16, 33])
+def test_gpu_27b_vocab_quantized(m, fmt, gen, device, poisoned_outputs):
+    _check_quantized(m, 5120, 248320, fmt, gen, device)
 
 
 @pytest.mark.gpu

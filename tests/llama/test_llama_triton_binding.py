@@ -71,6 +71,9 @@ def test_strict_loading_names_every_failure(tiny_llama):
         LlamaWeights(cfg, Edited(src, shape=(q, (128, 64))), "cpu")
     with pytest.raises(TensorDtypeMismatch):
         LlamaWeights(cfg, Edited(src, dtype=("model.norm.weight", torch.int32)), "cpu")
+    for head in ("lm_head.weight_scale", "lm_head.qweight"):   # `modeld convert --lm-head fp8 / int4`
+        with pytest.raises(TensorDtypeMismatch, match="quantized lm_head"):
+            LlamaWeights(cfg, Edited(src, add={head: None}), "cpu")
 
 
 def test_config_refuses_what_the_engine_cannot_run(tiny_llama):

@@ -46,7 +46,7 @@ class TensorDtypeError(ConvertError):
 
 
 class UnknownProfileError(ConvertError):
-    """The requested weight profile is not bf16, fp8 or int4."""
+    """The requested weight profile is not bf16, fp8 or int4, or the lm_head format does not fit it."""
 
 
 class QuantizationShapeError(ConvertError):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from modeld.convert.emit import ConversionPlan, check_model_id
 from modeld.convert.errors import (LeftoverTensorError, MissingTensorError, SourceFormatError,
-                                   TensorShapeError)
+                                   TensorShapeError, UnknownProfileError)
 from modeld.convert.families import rules_for
 from modeld.convert.hf_source import CheckpointFiles, HFCheckpoint
 from modeld.convert.recipe import InventoryRow, plan_objects, recipe_dict
@@ -43,19 +43,25 @@ def _special_ids(ckpt: CheckpointFiles, text: dict) -> dict:
 
 
 def plan_hf(src: str | Path, profile: str, model_id: str | None = None, *, device: str | None = None,
-            measure_error: bool = True) -> ConversionPlan:
+            measure_error: bool = True, lm_head: str = "bf16") -> ConversionPlan:
     """Plan the conversion of the checkpoint directory `src` (see module doc)."""
-    return plan_checkpoint(HFCheckpoint(src), profile, model_id, device=device, measure_error=measure_error)
+    return plan_checkpoint(HFCheckpoint(src), profile, model_id, device=device, measure_error=measure_error,
+                           lm_head=lm_head)
 
 
 def plan_checkpoint(ckpt, profile: str, model_id: str | None = None, *, device: str | None = None,
-                    measure_error: bool = True) -> ConversionPlan:
+                    measure_error: bool = True, lm_head: str = "bf16") -> ConversionPlan:
     """Plan from any checkpoint with HFCheckpoint's interface (`config`, `tensors`, `load(name)`
     and the CheckpointFiles side-file methods): an on-disk directory or a virtual one such as
-    synth_source.SynthCheckpoint, which therefore gets exactly the on-disk plan. `device` and
-    `measure_error` go to recipe.plan_objects. Reads no tensor data; raises the named errors."""
+    synth_source.SynthCheckpoint, which therefore gets exactly the on-disk plan. `device`,
+    `measure_error` and `lm_head` ("bf16" or the quantized profile) go to recipe.plan_objects.
+    Reads no tensor data; raises the named errors (UnknownProfileError for a quantized lm_head of a
+    checkpoint that ties it to the embeddings)."""
     fmap = rules_for(ckpt.config, set(ckpt.tensors))
-    recipe = recipe_dict(profile, fmap.family, "hf-safetensors")
+    recipe = recipe_dict(profile, fmap.family, "hf-safetensors", lm_head=lm_head)
+    if lm_head != "bf16" and not any(r.role == "lm_head" for r in fmap.rules):
+        raise UnknownProfileError(f"lm_head {lm_head!r}: this checkpoint ties lm_head to embed_tokens "
+                                  "(no lm_head tensor to quantize)")
     expected = {r.source for r in fmap.rules}
     present = set(ckpt.tensors) - fmap.ignored
     if expected - present:
@@ -74,7 +80,8 @@ def plan_checkpoint(ckpt, profile: str, model_id: str | None = None, *, device: 
                 raise SourceFormatError(f"{src_t.name}: loaded {t.dtype} {list(t.shape)} differs from its header")
             return t
 
-        part = plan_objects(rule, src_t.dtype, load, profile, device=device, measure_error=measure_error)
+        part = plan_objects(rule, src_t.dtype, load, profile, device=device, measure_error=measure_error,
+                            lm_head=lm_head)
         plan.objects += part.objects
         plan.rows += part.rows
     blobs = ckpt.tokenizer_blobs()

@@ -112,8 +112,10 @@ def preview_identity(plan: ConversionPlan, *, hash_workers: int = 1) -> Artifact
 
 def synth_identity(config: str, seed: int, profile: str, *, layers: int | None = None, include_mtp: bool = True,
                    model_id: str | None = None, device: str | None = None, workers: int | None = None,
-                   hash_workers: int = 1, prefetch_bytes: int | None = None) -> ArtifactIdentity:
-    """Identity of `modeld synth --config CONFIG --seed SEED` converted with `--profile PROFILE`.
+                   hash_workers: int = 1, prefetch_bytes: int | None = None,
+                   lm_head: str = "bf16") -> ArtifactIdentity:
+    """Identity of `modeld synth --config CONFIG --seed SEED` converted with `--profile PROFILE`
+    (and `--lm-head LM_HEAD`).
 
     `device="cuda"` quantizes there (bit-identical to the CPU: quantize.py); `workers` generator
     threads (default: CPUs, max 16). Example (H200, ~1 min for 27B int4):
@@ -129,6 +131,6 @@ def synth_identity(config: str, seed: int, profile: str, *, layers: int | None =
 
     shape = preset(config, layers)
     with synth_plan(shape, seed, profile, include_mtp=include_mtp, model_id=model_id, device=device,
-                    workers=workers, measure_error=False,
+                    workers=workers, measure_error=False, lm_head=lm_head,
                     prefetch_bytes=DEFAULT_PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes) as plan:
         return preview_identity(plan, hash_workers=hash_workers)

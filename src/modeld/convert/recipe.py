@@ -3,8 +3,12 @@
 Profiles (docs/interfaces.md): `bf16` (linears and lm_head as bfloat16), `fp8` (linears as
 float8_e4m3fn + float32 per-output-channel scales), `int4` (linears as asymmetric g128 int4).
 In every profile: embeddings, norms, conv, A_log, dt_bias and the small GDN gate projections
-(in_proj_a/b) stay exactly as stored; lm_head stays bfloat16 (the recipe records
-`"lm_head": "bf16"`: quantizing it costs the most quality per byte saved).
+(in_proj_a/b) stay exactly as stored. lm_head stays bfloat16 by default (the recipe records
+`"lm_head": "bf16"`: quantizing it costs the most quality per byte saved); `lm_head=P` (P = the
+profile, fp8 or int4) stores it in the profile's own linear layout instead and records that layout
+(`"lm_head": "fp8_e4m3/per-channel/v1"`), so the recipe hash and the weights_id change: the logits
+GEMV reads 1/2 (fp8) or ~1/4 (int4) of the bf16 head's bytes per token
+(KNOWLEDGE/ah-ha/decode-targets-need-a-quantized-lm-head.md).
 
 `plan_objects(rule, dtype, load)` returns PlannedObjects whose producers call `load()` once per
 source tensor (a small refcounted cache shares the quantized parts) and record the reconstruction
@@ -29,13 +33,23 @@ INT4_GROUP = 128
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 
 
-def recipe_dict(profile: str, family: str, source_format: str, group: int = INT4_GROUP) -> dict:
+def check_lm_head(profile: str, lm_head: str) -> None:
+    """lm_head is "bf16" or the (quantized) profile itself. Raises UnknownProfileError."""
+    if lm_head != "bf16" and (lm_head != profile or profile not in ("fp8", "int4")):
+        raise UnknownProfileError(f"lm_head {lm_head!r} with profile {profile!r}: the lm_head is bf16 or stored in "
+                                  f"the profile's own format (fp8 with profile fp8, int4 with profile int4)")
+
+
+def recipe_dict(profile: str, family: str, source_format: str, group: int = INT4_GROUP,
+                lm_head: str = "bf16") -> dict:
     if profile not in PROFILES:
         raise UnknownProfileError(f"profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    check_lm_head(profile, lm_head)
+    layouts = {"bf16": "bfloat16", "fp8": F.FP8_LAYOUT, "int4": F.int4_layout(group)}
     return {
         "converter": "modeld.convert/v1", "family": family, "profile": profile, "source_format": source_format,
-        "linear": {"bf16": "bfloat16", "fp8": F.FP8_LAYOUT, "int4": F.int4_layout(group)}[profile],
-        "lm_head": "bf16", "embeddings": "as stored", "norms_conv_ssm_params": "as stored",
+        "linear": layouts[profile], "lm_head": "bf16" if lm_head == "bf16" else layouts[lm_head],
+        "embeddings": "as stored", "norms_conv_ssm_params": "as stored",
         "kept_linears": ["linear_attn.in_proj_a", "linear_attn.in_proj_b"] if family == "qwen3_5" else [],
     }
 
@@ -83,7 +97,7 @@ class PlannedTensorSet:
 
 def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
                  group: int = INT4_GROUP, *, device: str | None = None,
-                 measure_error: bool = True) -> PlannedTensorSet:
+                 measure_error: bool = True, lm_head: str = "bf16") -> PlannedTensorSet:
     """Objects for one source tensor (see module doc)."""
     import torch
 
@@ -91,9 +105,11 @@ def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
 
     if src_dtype not in FLOAT_DTYPES:
         raise TensorDtypeError(f"{rule.source}: dtype {src_dtype} is not a float type")
+    check_lm_head(profile, lm_head)
     out = PlannedTensorSet()
-    quantize = rule.role == "linear" and profile in ("fp8", "int4")
-    cast_bf16 = rule.role == "lm_head" or (rule.role == "linear" and profile == "bf16")
+    fmt = {"linear": profile, "lm_head": lm_head}.get(rule.role)   # None: kept as stored
+    quantize = fmt in ("fp8", "int4")
+    cast_bf16 = fmt == "bf16"
     n, k = (rule.shape + (1,))[:2]
 
     if not quantize:
@@ -119,7 +135,7 @@ def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
         return out
 
     base = rule.target[:-len(".weight")] if rule.target.endswith(".weight") else rule.target
-    if profile == "fp8":
+    if fmt == "fp8":
         layout = F.FP8_LAYOUT
         specs = {"weight": ("float8_e4m3fn", (n, k)), "weight_scale": ("float32", (n,))}
     else:
@@ -130,14 +146,14 @@ def plan_objects(rule: TensorRule, src_dtype: str, load: Callable, profile: str,
                  "mins": ("float16", (n, k // group))}
     rows = {key: InventoryRow(f"{base}.{key}", rule.source, dt, shp, layout, _nbytes(shp, dt))
             for key, (dt, shp) in specs.items()}
-    primary = rows["weight" if profile == "fp8" else "qweight"]
+    primary = rows["weight" if fmt == "fp8" else "qweight"]
 
     def make() -> dict:
         w = load()
         if device is not None:
             w = w.to(device)
         at = w.device                   # parts stay beside W until the error is measured
-        if profile == "fp8":
+        if fmt == "fp8":
             q, s = Q.quantize_fp8(w, rule.source, out_device=at)
             dequant = lambda r0, r1: Q.dequantize_fp8(q[r0:r1], s[r0:r1])          # noqa: E731
             parts = {"weight": q, "weight_scale": s}

@@ -132,13 +132,14 @@ def load_order(plan: ConversionPlan) -> list[str]:
 def synth_plan(shape: Qwen35Shape, seed: int, profile: str, *, include_mtp: bool = True,
                model_id: str | None = None, device: str | None = None, workers: int | None = None,
                measure_error: bool = True, prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-               ) -> Iterator[ConversionPlan]:
+               lm_head: str = "bf16") -> Iterator[ConversionPlan]:
     """The conversion plan of the synth checkpoint (shape, seed) under `profile`, exactly as
     `plan_hf` would make it from the written directory; the generator pool lives while the
     context does. Raises what plan_checkpoint raises (e.g. QuantizationShapeError for odd + int4)."""
     ckpt = SynthCheckpoint(shape, seed, include_mtp=include_mtp, workers=workers, prefetch_bytes=prefetch_bytes)
     try:
-        plan = plan_checkpoint(ckpt, profile, model_id, device=device, measure_error=measure_error)
+        plan = plan_checkpoint(ckpt, profile, model_id, device=device, measure_error=measure_error,
+                               lm_head=lm_head)
         ckpt.expect(load_order(plan))
         yield plan
     finally:
@@ -147,9 +148,10 @@ def synth_plan(shape: Qwen35Shape, seed: int, profile: str, *, include_mtp: bool
 
 def write_synth_mspec(shape: Qwen35Shape, seed: int, profile: str, out: str | Path, *, include_mtp: bool = True,
                       model_id: str | None = None, device: str | None = None, workers: int | None = None,
-                      overwrite: bool = False, prefetch_bytes: int = DEFAULT_PREFETCH_BYTES) -> EmitResult:
-    """Write OUT.mspec (+ inventories) = `modeld synth` then `modeld convert --profile P`, byte for
-    byte, streaming. Mutates: creates the three output files. Raises OutputExistsError, ConvertError."""
+                      overwrite: bool = False, prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+                      lm_head: str = "bf16") -> EmitResult:
+    """Write OUT.mspec (+ inventories) = `modeld synth` then `modeld convert --profile P [--lm-head P]`,
+    byte for byte, streaming. Mutates: creates the three output files. Raises OutputExistsError, ConvertError."""
     with synth_plan(shape, seed, profile, include_mtp=include_mtp, model_id=model_id, device=device,
-                    workers=workers, prefetch_bytes=prefetch_bytes) as plan:
+                    workers=workers, prefetch_bytes=prefetch_bytes, lm_head=lm_head) as plan:
         return emit(plan, out, overwrite=overwrite)

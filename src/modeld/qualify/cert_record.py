@@ -12,8 +12,9 @@ engine stage did not run).
 from __future__ import annotations
 
 
-def cert_record(doc: dict, profile: str, seed: int) -> dict | None:
-    """The record for `profile` from run document `doc` (see module doc)."""
+def cert_record(doc: dict, profile: str, seed: int, convert: str | None = None) -> dict | None:
+    """The record for `profile` from run document `doc` (see module doc). `convert`: the `modeld convert`
+    flags of the artifact (default `--profile PROFILE`; e.g. `--profile fp8 --lm-head fp8` for "fp8+qhead")."""
     stages = doc.get("stages", {})
     eng = stages.get(f"engine_{profile}")
     if eng is None:
@@ -24,7 +25,7 @@ def cert_record(doc: dict, profile: str, seed: int) -> dict | None:
     config = doc.get("config")
     recipe = f"modeld synth --family qwen3_5 --config {config} --seed {seed}"
     if profile != "bf16":
-        recipe += f", then modeld convert --profile {profile}"
+        recipe += f", then modeld convert {convert or '--profile ' + profile}"
     ttft_hf = list(hf.get("ttft") or [])
     long_stage = stages.get("hf_ttft_long")
     if long_stage:

@@ -34,7 +34,8 @@ def _checkpoint_class():
     return SynthCheckpoint
 
 
-def hf_backed_checkpoint(model, shape: Qwen35Shape, seed: int, profile: str, workers: int | None = None):
+def hf_backed_checkpoint(model, shape: Qwen35Shape, seed: int, profile: str, workers: int | None = None,
+                         lm_head: str = "bf16"):
     """A SynthCheckpoint whose BF16 text tensors are read from `model` (see module doc)."""
     from modeld.convert.families import _qwen_role
 
@@ -49,6 +50,8 @@ def hf_backed_checkpoint(model, shape: Qwen35Shape, seed: int, profile: str, wor
             quantized = profile in ("fp8", "int4")
             self.on_device = {n for n in self.served if quantized and n.startswith(TEXT_PREFIX)
                               and _qwen_role(n.removeprefix(TEXT_PREFIX)) == "linear"}
+            if lm_head != "bf16":       # `--lm-head P`: quantized beside the linears
+                self.on_device.add("lm_head.weight")
 
         def expect(self, names) -> None:  # prefetch only what synth still has to generate
             super().expect([n for n in names if n not in self.served])
@@ -63,9 +66,10 @@ def hf_backed_checkpoint(model, shape: Qwen35Shape, seed: int, profile: str, wor
 
 
 def hf_identity(model, shape: Qwen35Shape, seed: int, profile: str, *, device: str | None = None,
-                workers: int | None = None, hash_workers: int = 4):
-    """`identity_preview.ArtifactIdentity` of `modeld synth` (shape, seed) converted with `profile`,
-    from the weights in `model`. Raises IdentityUnavailable, and what the converter raises."""
+                workers: int | None = None, hash_workers: int = 4, lm_head: str = "bf16"):
+    """`identity_preview.ArtifactIdentity` of `modeld synth` (shape, seed) converted with `profile`
+    (and `--lm-head lm_head`), from the weights in `model`. Raises IdentityUnavailable, and what the
+    converter raises."""
     try:
         from modeld.convert.hf_convert import plan_checkpoint
         from modeld.convert.identity_preview import preview_identity
@@ -73,9 +77,9 @@ def hf_identity(model, shape: Qwen35Shape, seed: int, profile: str, *, device: s
     except ImportError as exc:
         raise IdentityUnavailable(f"the converter has no identity preview: {exc}") from exc
 
-    ckpt = hf_backed_checkpoint(model, shape, seed, profile, workers)
+    ckpt = hf_backed_checkpoint(model, shape, seed, profile, workers, lm_head)
     try:
-        plan = plan_checkpoint(ckpt, profile, None, device=device, measure_error=False)
+        plan = plan_checkpoint(ckpt, profile, None, device=device, measure_error=False, lm_head=lm_head)
         ckpt.expect(load_order(plan))
         return preview_identity(plan, hash_workers=hash_workers)
     finally:

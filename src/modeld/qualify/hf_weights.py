@@ -10,10 +10,12 @@ Generating the 27B synthetic checkpoint costs minutes, so it is streamed once in
   weight of the 27B preset) come from `f32_source` — the synth values themselves, not HF's
   bf16-rounded copies — so the engine sees exactly what `modeld convert` would read.
 * `QuantizedSource` — the same tensors with every linear the converter quantizes (families
-  `_qwen_role == "linear"`) replaced by its fp8 / int4 components, computed with the converter's
-  own functions (modeld.convert.quantize) on the parameter's device.
+  `_qwen_role == "linear"`; with `lm_head=True` the lm_head too, as `modeld convert --lm-head P`)
+  replaced by its fp8 / int4 components, computed with the converter's own functions
+  (modeld.convert.quantize) on the parameter's device.
 * `DequantSwap` — turns HF's model into the *dequantized reference* of a profile: every such
-  linear W is overwritten in place by bf16(dequant(quant(W))); `backup()` first copies the
+  linear W (and, built with `lm_head=True`, the lm_head when `apply(p, lm_head=True)`) is overwritten
+  in place by bf16(dequant(quant(W))); `backup()` first copies the
   originals to host memory and `restore()` copies them back, proven by a checksum taken on the
   device before the backup and after the restore.
 
@@ -114,11 +116,12 @@ class QuantizedSource:
     A small LRU keeps the components of the last few linears, because the engine asks for one
     component of every part of a fused slot before the next component."""
 
-    def __init__(self, base, profile: str, group: int = INT4_GROUP, keep: int = 6, device=None) -> None:
+    def __init__(self, base, profile: str, group: int = INT4_GROUP, keep: int = 6, device=None,
+                 lm_head: bool = False) -> None:
         if profile not in ("fp8", "int4"):
             raise ValueError(f"unknown quantized profile {profile!r}")
         self.base, self.profile, self.group, self.keep, self.device = base, profile, group, keep, device
-        self.linear = set(linear_bases(base.names()))
+        self.linear = set(linear_bases(base.names())) | ({"lm_head"} if lm_head else set())
         comps = ("weight", "weight_scale") if profile == "fp8" else ("qweight", "scales", "mins")
         self._names = sorted([n for n in base.names() if n.removesuffix(".weight") not in self.linear]
                              + [f"{b}.{c}" for b in self.linear for c in comps])
@@ -178,11 +181,13 @@ class DequantSwap:
     Order: `backup()` once, then per profile `apply(p)` … `restore()`. Mutates the HF
     parameters (apply/restore) and holds a host copy of the originals (≈ 50 GB at 27B)."""
 
-    def __init__(self, model, shape: Qwen35Shape, group: int = INT4_GROUP) -> None:
+    def __init__(self, model, shape: Qwen35Shape, group: int = INT4_GROUP, lm_head: bool = False) -> None:
         match_parameters(model, shape)
         params = dict(model.named_parameters())
         names = [s.name for s in checkpoint_inventory(shape, include_mtp=False)]
-        self.targets = {hf_name(b + ".weight"): params[hf_name(b + ".weight")] for b in linear_bases(names)}
+        bases = linear_bases(names) + (["lm_head"] if lm_head else [])   # backed up (and restored) once
+        self.targets = {hf_name(b + ".weight"): params[hf_name(b + ".weight")] for b in bases}
+        self.head = hf_name("lm_head.weight") if lm_head else None
         self.group = group
         self.backup_cpu: dict | None = None
         self.original: str | None = None
@@ -207,18 +212,22 @@ class DequantSwap:
         self.backup_cpu = {n: p.detach().to("cpu", copy=True) for n, p in self.targets.items()}  # copy: a CPU model would alias
         return self.original
 
-    def apply(self, profile: str) -> int:
-        """Overwrite every target W by bf16(dequant(quant_profile(W))). Returns the count.
-        Raises SwapStateError unless backed up and currently original."""
+    def apply(self, profile: str, lm_head: bool = False) -> int:
+        """Overwrite every layer linear W (and the lm_head if `lm_head`) by bf16(dequant(quant_profile(W))).
+        Returns the count. Raises SwapStateError unless backed up and currently original, or for `lm_head`
+        on a swap built without it."""
         import torch
 
         if self.backup_cpu is None or self.applied is not None:
             raise SwapStateError(f"apply({profile!r}) needs backup() first and no swap in place (now: {self.applied})")
+        if lm_head and self.head is None:
+            raise SwapStateError("apply(lm_head=True) needs a DequantSwap built with lm_head=True")
+        todo = {n: p for n, p in self.targets.items() if lm_head or n != self.head}
         with torch.no_grad():
-            for name, p in self.targets.items():
+            for name, p in todo.items():
                 p.copy_(dequantize_parts(quantize_parts(p.detach(), profile, name, self.group)).to(p.dtype))
-        self.applied = profile
-        return len(self.targets)
+        self.applied = profile + ("+lm_head" if lm_head else "")
+        return len(todo)
 
     def restore(self) -> str:
         """Copy the originals back and prove it by checksum. Returns the checksum.

@@ -8,7 +8,8 @@ Slots (arena buffers, fixed before a byte is read):
     L{i}.attn.o.*              o_proj                  [D, Hq*Dh]
     L{i}.mlp.gate_up.*         rows gate_proj | up_proj [2F, D] (the SwiGLU layout of kernels/linear)
     L{i}.mlp.down.*            down_proj               [D, F]
-    lm_head                    [V, D] bf16 — absent when the embeddings are tied (the embed slot is read)
+    lm_head                    [V, D] bf16 — absent when the embeddings are tied (the embed slot is read);
+                               a quantized lm_head (`modeld convert --lm-head P`) is refused by name
 
 A linear slot holds one of three formats, decided per slot by what the artifact stores
 (docs/interfaces.md "Quantized weight layouts"): `.weight` bf16; `.weight` e4m3 + `.weight_scale` f32
@@ -105,6 +106,10 @@ class LlamaWeights:
         if self.prefix is None:
             raise MissingTensorError("artifact has no embed_tokens.weight (as `model.` or bare name)")
         self._src = source
+        quantized_head = sorted(n for n in names if n.startswith("lm_head.") and n != "lm_head.weight")
+        if quantized_head:  # `modeld convert --lm-head P`: served by the qwen3_5 package only
+            raise TensorDtypeMismatch(f"the llama layout serves a bf16 lm_head only; this artifact stores a quantized "
+                                      f"lm_head ({', '.join(quantized_head)}): convert with --lm-head bf16")
         self.has_lm_head = "lm_head.weight" in names
         if not self.has_lm_head and not config.tied_embeddings:
             raise MissingTensorError("artifact lacks lm_head.weight and the config does not tie embeddings")

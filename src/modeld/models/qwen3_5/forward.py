@@ -56,6 +56,7 @@ class Qwen35Forward:
         self.scale = config.head_dim ** -0.5
         self.inv_freq = kernels.rope.rope_inv_freq(config.rotary_dim, config.rope_theta, state.device)
         self.lin = self._bind_linears()
+        self.logits = self._bind_logits()
 
     def _bind_linears(self) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         """slot -> y = f(x), bound once for the weights' profile (no per-call dispatch)."""
@@ -79,6 +80,19 @@ class Qwen35Forward:
             if kind != FULL:
                 out[f"L{i}.gdn.ba"] = functools.partial(L.linear, weight=w[f"L{i}.gdn.ba"])  # bf16 in every profile
         return out
+
+    def _bind_logits(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """h [M, D] -> fp32 logits [M, V]: final norm + lm_head, bound once for the head's format."""
+        w, L, eps = self.w, self.ks.logits, self.c.eps
+        norm, prof = w["final_norm"], w.head_profile[0]
+        if prof == "fp8":
+            q, s = w["lm_head.weight"], w["lm_head.weight_scale"]
+            return lambda h: L.final_norm_logits_fp8(h, norm, q, s, eps)
+        if prof == "int4":
+            qw, sc, mn = w["lm_head.qweight"], w["lm_head.scales"], w["lm_head.mins"]
+            return lambda h: L.final_norm_logits_int4(h, norm, qw, sc, mn, eps)
+        head = w["lm_head"]
+        return lambda h: L.final_norm_logits(h, norm, head, eps)
 
     # ---------------------------------------------------------------- mixers
     def attention(self, i: int, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
@@ -189,4 +203,4 @@ class Qwen35Forward:
                 h = m + h  # the last layer's residual add (HF rounds it to bf16 the same way)
                 if probe is not None and probe.layer is not None:
                     probe.layer(i, h)
-        return ks.logits.final_norm_logits(h, w["final_norm"], w["lm_head"], c.eps)
+        return self.logits(h)

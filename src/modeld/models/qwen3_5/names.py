@@ -9,8 +9,10 @@ because the converter keeps those two small gate projections bf16 in every profi
 
 Profiles (docs/interfaces.md, quantized weight layouts): `bf16` (slot = the weight); `fp8` (slot +
 ".weight" e4m3 [N, K] and ".weight_scale" fp32 [N]); `int4` (slot + ".qweight" u8 [N, K/2],
-".scales"/".mins" fp16 [N, K/G]). Only the `LINEAR_SLOTS` are quantized; embeddings, norms,
-conv, A_log, dt_bias, `gdn.ba` and lm_head stay as stored.
+".scales"/".mins" fp16 [N, K/G]). Only the `LINEAR_SLOTS` are quantized, and the lm_head when the
+artifact stores it so (`modeld convert --lm-head P`: the same layouts, names `lm_head.weight` +
+`lm_head.weight_scale` or `lm_head.qweight/.scales/.mins`); embeddings, norms, conv, A_log, dt_bias and
+`gdn.ba` stay as stored. A tied lm_head (a bf16 copy of the embedding) is never quantized.
 
 Casts (artifact dtype != slot dtype) mirror what HF does when it loads a checkpoint in bf16:
 `linear_attn.A_log` and `linear_attn.norm.weight` may be stored F32 (Qwen3.5) or BF16 (Qwen3.6);
@@ -79,8 +81,8 @@ ProfileOf = Callable[[list[tuple[str, int]], int], tuple[str, int]]
 
 def weight_map(c: Qwen35Config, profile_of: ProfileOf | None = None) -> tuple[list[SlotMap], dict[str, tuple[str, int]]]:
     """Every weight slot of the layout, in arena order (embed, layers, final norm, lm_head), and
-    each linear slot's (profile, int4 group). `profile_of(parts, K)` says how the artifact stores
-    a linear slot's parts (default: bf16)."""
+    each linear slot's (profile, int4 group), the lm_head's under "lm_head". `profile_of(parts, K)`
+    says how the artifact stores a linear slot's parts (default: bf16)."""
     D, F = c.hidden, c.intermediate
     profiles: dict[str, tuple[str, int]] = {}
 
@@ -118,8 +120,11 @@ def weight_map(c: Qwen35Config, profile_of: ProfileOf | None = None) -> tuple[li
         maps += lin(s + "mlp.gate_up", [(p + "mlp.gate_proj.weight", F), (p + "mlp.up_proj.weight", F)], D)
         maps += lin(s + "mlp.down", [(p + "mlp.down_proj.weight", D)], F)
     maps.append(_vec("final_norm", "norm.weight", D))
-    # tied: the lm_head slot is filled from the embedding (its own copy: the logits kernel reads it)
-    maps += _linear("lm_head", [("embed_tokens.weight" if c.tied_embeddings else "lm_head.weight", c.vocab)], D)
+    if c.tied_embeddings:  # the lm_head slot is filled from the embedding (its own copy: the logits kernel reads it)
+        profiles["lm_head"] = ("bf16", 0)
+        maps += _linear("lm_head", [("embed_tokens.weight", c.vocab)], D)
+    else:
+        maps += lin("lm_head", [("lm_head.weight", c.vocab)], D)
     return maps, profiles
 
 
@@ -130,7 +135,7 @@ def profile_detector(names: list[str], meta, text_prefix: str) -> ProfileOf:
     present = set(names)
 
     def one(src: str, k: int) -> tuple[str, int]:
-        base = text_prefix + src.removesuffix(".weight")
+        base = artifact_name(src.removesuffix(".weight"), text_prefix)
         if base + ".qweight" in present:
             groups = meta(base + ".scales")[1][1]
             return "int4", k // max(groups, 1)
@@ -147,9 +152,14 @@ def profile_detector(names: list[str], meta, text_prefix: str) -> ProfileOf:
     return profile_of
 
 
+def artifact_name(source: str, text_prefix: str) -> str:
+    """lm_head (and its quantized parts) lives at the top level, the rest under the text prefix."""
+    return source if source.split(".")[0] == "lm_head" else text_prefix + source
+
+
 def resolve_name(part: Part, text_prefix: str) -> str:
-    """The artifact name of a part: lm_head lives at the top level, the rest under the prefix."""
-    return part.source if part.source == "lm_head.weight" else text_prefix + part.source
+    """The artifact name of a part."""
+    return artifact_name(part.source, text_prefix)
 
 
 def detect_text_prefix(names: list[str]) -> str | None:

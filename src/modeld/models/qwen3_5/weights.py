@@ -53,6 +53,8 @@ class Qwen35Weights:
         for slot, (prof, group) in self.slot_profiles.items():
             if prof not in PROFILES or (prof == "int4" and (group < 2 or group % 2)):
                 raise WeightLoadError(f"{slot}: unsupported weight profile {prof!r} (group {group})")
+        # the lm_head's (profile, group) apart from the layer linears' (profile_summary counts those only)
+        self.head_profile = self.slot_profiles.pop("lm_head")
         # zeroed so alignment padding is deterministic (arena bytes can be compared or hashed whole)
         self.arena = Arena.from_specs((BufferSpec(m.slot, m.shape, m.dtype) for m in self.maps), device)
 
@@ -71,7 +73,7 @@ class Qwen35Weights:
         return self.slot_profiles["L0.mlp.down"][0]
 
     def profile_summary(self) -> dict[str, int]:
-        """profile -> number of linear slots stored that way."""
+        """profile -> number of layer linear slots stored that way (the lm_head: `head_profile`)."""
         out: dict[str, int] = {}
         for prof, _ in self.slot_profiles.values():
             out[prof] = out.get(prof, 0) + 1
