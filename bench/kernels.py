@@ -375,6 +375,18 @@ def bench_logits(m, v, d, reps, gen):
     tbps = nbytes / (p50 * 1e-3) / 1e12
     add_row("logits norm+lm_head", f"M{m} V{v} D{d}", "TB/s", p50, p90, tbps, "TB/s", tbps / CEIL["copy_TBps"],
             "copy bandwidth", "torch norm + bf16 lm_head (cuBLAS)", b50)
+    # the quantized heads of the converter's --lm-head (fp8 per-channel, int4 g128): their bytes against copy, the
+    # bf16 head's time above as the baseline (findings/quantized-lm-head-recipe-option.md)
+    from modeld.kernels.linear import quant
+    q8, s8 = quant.quantize_fp8(lm)
+    qw, sc, mn = quant.quantize_int4(lm, 128)
+    for name, fn, nb in (("fp8", lambda i: lg.final_norm_logits_fp8(h, w, q8, s8, 1e-6), q8.numel() + 4 * v),
+                         ("int4 g128", lambda i: lg.final_norm_logits_int4(h, w, qw, sc, mn, 1e-6),
+                          qw.numel() + 2 * (sc.numel() + mn.numel()))):
+        q50, q90 = time_calls(fn, 1, reps)
+        tb = (nb + 4 * m * v) / (q50 * 1e-3) / 1e12
+        add_row(f"logits norm+lm_head {name}", f"M{m} V{v} D{d}", "TB/s", q50, q90, tb, "TB/s",
+                tb / CEIL["copy_TBps"], "copy bandwidth", "bf16 lm_head (ours, this run)", p50)
 
 
 # ----------------------------------------------------------------------------- sweeps

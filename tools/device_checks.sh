@@ -9,6 +9,8 @@
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. warp-specialized TMA) + their GPU tests
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
+#   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
+#   tools/device_checks.sh cert-qhead  # the certification of the fp8+qhead / int4+qhead artifacts
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
 #   tools/device_checks.sh llamacpp  # llama.cpp built with CUDA (tools/llama_cpp_sdist.sh), the 27B control (bf16)
 #   tools/device_checks.sh llamacpp-q  # then (machine warm) llama.cpp's q8_0 / q4_k_m beside our fp8 / int4
@@ -20,7 +22,7 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-step=${1:?usage: tools/device_checks.sh tests|kernels|attn|gemm|ttft|cert|w8a8|llamacpp|llamacpp-q}
+step=${1:?usage: tools/device_checks.sh tests|kernels|attn|gemm|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q}
 : "${OUT:?OUT must name the output folder (the device tool sets it)}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=src:.:/tmp/site PYTHONUNBUFFERED=1
@@ -61,6 +63,25 @@ case "$step" in
     ab=$ab,MODELD_GDN_PASS_PRECISION=fp16
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
       --kernel-table 14 --cold-ab "$ab" 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
+    ;;
+  qhead)
+    # the quantized lm_head (converter --lm-head; findings/quantized-lm-head-recipe-option.md): its GPU tests, the
+    # logits rows (bf16 / fp8 / int4 heads in one run), then our fp8 / int4 engines' decode with each head
+    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_logits.py \
+      tests/engine/test_engine_quantized.py 2>&1 | tail -2
+    timeout 120 python3 bench/kernels.py --out "$OUT/$step/k" --sections logits --no-recurrent 2>&1 \
+      | grep -E "^logits" | cut -c1-160
+    for p in fp8 int4; do
+      for head in bf16 $p; do
+        timeout 150 python3 bench/engine_qwen3_5.py --out "$OUT/$step/engine-$p-head-$head" --profile $p \
+          --lm-head $head --ttft 128 2>&1 | grep -E "^(decode|load) |Error|Traceback" | cut -c1-300 | tail -2
+      done
+    done
+    ;;
+  cert-qhead)
+    # the certification of the quantized-head artifacts (bf16 first: the rung-6 noise reference)
+    timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 500 \
+      --profiles bf16,fp8+qhead,int4+qhead 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
     ;;
   cert)
     timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 450 2>&1 \
@@ -118,7 +139,8 @@ case "$step" in
     fi
     ;;
   *)
-    echo "unknown step $step: expected tests, kernels, attn, gemm, ttft, cert, w8a8, llamacpp or llamacpp-q" >&2
+    echo "unknown step $step: expected tests, kernels, attn, gemm, ttft, cert, qhead, cert-qhead, w8a8, llamacpp" \
+      "or llamacpp-q" >&2
     exit 2
     ;;
 esac
