@@ -1,6 +1,7 @@
-"""Offline sm_90 compile of the prefill TMA GEMM (`linear.triton._gemm_tma_kernel`) per tile, with and without
-Triton's warp-specialized K loop, on CPU: registers, spill, shared memory, warps and the SASS counts that show the
-specialization (USETMAXREG, UTMALDG, HGMMA). KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md.
+"""Offline sm_90 compile of the prefill TMA GEMM per tile, plain (`linear.triton._gemm_tma_kernel`), with Triton's
+warp-specialized K loop, or persistent (`linear.gemm_persistent`), on CPU: registers, spill, shared memory, warps and
+the SASS counts that show the specialization (USETMAXREG, UTMALDG, HGMMA).
+KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md.
 
     PYTHONPATH=src:. python3 bench/gemm_ws_sass.py [--fmt bf16|fp8] [--m 8192] [--out rows.json]   # ~1 min, no GPU
 """
@@ -14,10 +15,11 @@ import os
 import re
 import sys
 
-# (label, N, K, swiglu): the engine's two MLP shapes; then tiles as (BM, BN, BK, warps, stages, warp_specialize)
+# (label, N, K, swiglu): the engine's two MLP shapes; then tiles as (BM, BN, BK, warps, stages, kind)
 SHAPES = [("down", 5120, 17408, False), ("gate+up", 17408, 5120, True)]
-TILES = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 3, True), (128, 256, 64, 4, 3, True),
-         (128, 128, 64, 4, 4, True), (128, 128, 64, 8, 4, False)]
+TILES = [(128, 256, 64, 8, 3, "tma"), (128, 256, 64, 8, 3, "ws"), (128, 256, 64, 4, 3, "ws"),
+         (128, 128, 64, 4, 4, "ws"), (128, 128, 64, 8, 4, "tma"), (128, 256, 64, 8, 3, "persistent"),
+         (128, 128, 64, 8, 4, "persistent")]
 SASS_OPS = r"\b(HGMMA|UTMALDG|USETMAXREG)\b"
 
 
@@ -43,12 +45,13 @@ def main(argv: list[str] | None = None) -> int:
             w, scale, fmt = torch.empty(n_rows, k, dtype=torch.float8_e4m3fn), torch.empty(n_rows), lin.FMT_FP8
         else:
             w, scale, fmt = torch.empty(n_rows, k, dtype=torch.bfloat16), None, lin.FMT_BF16
-        for bm, bn, bk, warps, stages, ws in TILES:
-            cfg = TileConfig(bm, bn, bk, warps, stages, tma=True, warp_specialize=ws)
+        for bm, bn, bk, warps, stages, kind in TILES:
+            cfg = TileConfig(bm, bn, bk, warps, stages, tma=True, warp_specialize=kind == "ws",
+                             persistent=kind == "persistent")
             launches = feas._record([lin], lambda: lin._launch(x, w, scale, None, fmt, swiglu, torch.bfloat16,
                                                                config=cfg))
             jit, _, args, kwargs = launches[-1]
-            name = f"{label} {a.fmt} {bm}x{bn}x{bk} w{warps} s{stages} ws={'on' if ws else 'off'}"
+            name = f"{label} {a.fmt} {bm}x{bn}x{bk} w{warps} s{stages} {kind}"
             try:
                 kernel, regs, spills = feas._compile_offline(jit, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - a tile Triton cannot lower is a row of the table

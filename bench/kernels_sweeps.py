@@ -86,9 +86,11 @@ def sweep_gemm(reps, gen):
     # 12 warps (a TMA producer and two wgmma consumer warpgroups, 8 USETMAXREG); 128 x 256 x 64 at 3 stages 168
     # registers, no spill, 180 KB (findings/gemm-tma-warp-specialized-offline.md). At 8 warps it is a no-op.
     ws = dict(tma=True, warp_specialize=True)
+    pers = dict(tma=True, persistent=True)  # one program per SM, tile and K loops flattened (linear/gemm_persistent.py)
     cands = (C(128, 256, 64, 8, 3), C(128, 256, 64, 8, 4), C(256, 128, 64, 8, 3), C(128, 128, 64, 8, 4),
              C(128, 128, 64, 4, 4), C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma),
-             C(128, 256, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws), C(128, 128, 64, 4, 5, **ws))
+             C(128, 256, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws), C(128, 128, 64, 4, 5, **ws),
+             C(128, 256, 64, 8, 3, **pers), C(128, 128, 64, 8, 4, **pers))
     for label, n, k, sw in K.LINEAR_SHAPES[1:]:
         K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)  # default tile + cuBLAS baseline
         for cfg in cands:
@@ -100,7 +102,8 @@ def sweep_gemm(reps, gen):
     label, n, k, sw = K.LINEAR_SHAPES[0]
     K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)
     for cfg in (C(128, 128, 64, 8, 4, **tma), C(128, 128, 64, 8, 3, **tma), C(128, 64, 64, 8, 4, **tma),
-                C(64, 128, 64, 4, 4, **tma), C(128, 128, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws)):
+                C(64, 128, 64, 4, 4, **tma), C(128, 128, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws),
+                C(128, 128, 64, 8, 4, **pers)):
         K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
     K.bench_linear(8192, "bf16", "mlp gate+up unfused (no activation)", 2 * n, k, False, reps, gen, baseline=False)
     for fmt in ("fp8", "int4g128"):

@@ -6,7 +6,7 @@
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
-#   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. warp-specialized TMA) + their GPU tests
+#   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. warp-specialized / persistent) + GPU tests
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
@@ -17,7 +17,8 @@
 #
 # What each result decides (session 23 on): configs.PREFILL[256] -> a sweep tile that beats (128, 64, 8, 2) at both
 # starts and in the cold 32k A/B (attention/triton.py PREFILL_TILE_ENV); linear/configs.py TUNED / the gemm default
-# -> the warp-specialized tiles where they beat the TMA tiles in the sweep and $MODELD_GEMM_WS=1 wins the A/B; V2_PASS_PRECISION -> "fp16" only after a
+# -> the warp-specialized / persistent tiles where they beat the TMA tiles in the sweep and their
+# $MODELD_GEMM_VARIANT wins the A/B; V2_PASS_PRECISION -> "fp16" only after a
 # certification with it alone passes every gate (`MODELD_GDN_PASS_PRECISION=fp16 tools/device_checks.sh cert`; the
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
@@ -49,7 +50,8 @@ case "$step" in
       2>&1 | tail -2
     ;;
   gemm)
-    # the bf16 prefill GEMM tiles at M 8192 beside cuBLAS, incl. the warp-specialized TMA tiles; their GPU tests
+    # the bf16 prefill GEMM tiles at M 8192 beside cuBLAS, incl. the warp-specialized and persistent TMA tiles; their
+    # GPU tests
     timeout 420 python3 bench/kernels.py --out "$OUT/$step/k" --sections sweep-gemm --no-recurrent 2>&1 \
       | grep -E "^linear" | cut -c1-160 | tail -45
     timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_linear.py -k warp_specialized \
@@ -59,8 +61,8 @@ case "$step" in
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
     # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
     # A/Bs the prefill attention tile candidates beside the fp16 passes alone
-    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GEMM_WS=1}
-    ab=$ab,MODELD_GDN_PASS_PRECISION=fp16
+    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GEMM_VARIANT=ws}
+    ab=$ab,MODELD_GEMM_VARIANT=persistent,MODELD_GDN_PASS_PRECISION=fp16
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
       --kernel-table 14 --cold-ab "$ab" 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
     ;;

@@ -209,6 +209,22 @@ def test_warp_specialized_tma_gemm_matches_reference(swiglu, gen, device, poison
                    config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, swap_ab=True, warp_specialize=True))
 
 
+@pytest.mark.parametrize("swiglu", [False, True], ids=["plain", "swiglu"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("m,n,k", [(63, 100, 96), (130, 40, 128), (16, 33, 32)], ids=["M63", "M130", "M16-one-k-step"])
+def test_persistent_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device, poisoned_outputs, monkeypatch):
+    """TileConfig.persistent: programs walk the tiles with the K loop flattened (epilogue on a tile's last K step).
+    With 3 pretend SMs every program takes several tiles, incl. partial edge tiles and a single K step per tile."""
+    monkeypatch.setattr(tt, "_sm_count", lambda device: 3)
+    cfg = configs.TileConfig(32, 32, 32, 4, 1, group_m=2, tma=True, persistent=True)
+    _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
+    x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
+    for bad in (dict(swap_ab=True), dict(warp_specialize=True)):
+        with pytest.raises(KernelValueError, match="persistent"):
+            tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16,
+                       config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, persistent=True, **bad))
+
+
 # (M, N, K, format): every TMA case in each format; int4 g128 only where K holds whole groups
 SWAP_CASES = [(m, n, k, fmt) for m, n, k in TMA_CASES for fmt in ("bf16", "fp8", "int4g32", "int4g128")
               if fmt != "int4g128" or k % 128 == 0]
@@ -274,21 +290,23 @@ def test_config_paths_are_distinct():
     assert cfg.block_m == 128 and cfg.num_warps == 8
 
 
-def test_gemm_ws_switch_swaps_only_the_bf16_prefill_tiles(monkeypatch):
-    """$MODELD_GEMM_WS=1 (an engine A/B) replaces the bf16 "gemm"-bucket tiles, the tuned gate+up entry included, with
-    the warp-specialized ones; decode, suffix and the other formats keep theirs; other values raise."""
+@pytest.mark.parametrize("variant", sorted(configs.GEMM_VARIANT_TILES))
+def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypatch):
+    """$MODELD_GEMM_VARIANT (an engine A/B) replaces the bf16 "gemm"-bucket tiles, the tuned gate+up entry included,
+    with the variant's; decode, suffix and the other formats keep theirs; unknown variants raise."""
     before = {(fmt, m, sw): configs.pick(90, fmt, sw, m, 17408 if sw else 5120, 5120, interpreting=False)
               for fmt in ("bf16", "fp8") for m in (1, 100, 8192) for sw in (False, True)}
-    monkeypatch.setenv(configs.GEMM_WS_ENV, "1")
+    monkeypatch.setenv(configs.GEMM_VARIANT_ENV, variant)
     after = {key: configs.pick(90, key[0], key[2], key[1], 17408 if key[2] else 5120, 5120, interpreting=False)
              for key in before}
-    assert after[("bf16", 8192, False)] == configs.GEMM_WS_TILES[False]
-    assert after[("bf16", 8192, True)] == configs.GEMM_WS_TILES[True] != before[("bf16", 8192, True)]
-    assert all(c.warp_specialize and c.tma and c.num_warps == 4 for c in configs.GEMM_WS_TILES.values())
+    tiles = configs.GEMM_VARIANT_TILES[variant]
+    assert after[("bf16", 8192, False)] == tiles[False]
+    assert after[("bf16", 8192, True)] == tiles[True] != before[("bf16", 8192, True)]
+    assert all(c.tma and (c.warp_specialize if variant == "ws" else c.persistent) for c in tiles.values())
     assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
         {k: v for k, v in before.items() if k[0] != "bf16" or k[1] != 8192}
-    monkeypatch.setenv(configs.GEMM_WS_ENV, "yes")
-    with pytest.raises(KernelValueError, match="MODELD_GEMM_WS"):
+    monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "fast")
+    with pytest.raises(KernelValueError, match="MODELD_GEMM_VARIANT"):
         configs.pick(90, "bf16", False, 8192, 5120, 5120, interpreting=False)
 
 
@@ -503,10 +521,14 @@ def test_gpu_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
 @pytest.mark.parametrize("fmt", ["bf16", "fp8"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_warp_specialized_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_outputs):
-    """The warp-specialized TMA tiles the sweep times (sweep-gemm), at 27B shapes and a partial last M block."""
+    """The warp-specialized and persistent TMA tiles the sweep times (sweep-gemm), at 27B shapes and a partial last M
+    block (777 rows: 140 tiles of 128 x 256 on 132 SMs, so some persistent programs take two; 8192 rows: many)."""
     tiles = ((128, 128, 64, 4, 3), (128, 128, 64, 4, 4)) if swiglu else ((128, 256, 64, 4, 3), (128, 128, 64, 4, 4))
     for tile in tiles:
         _check_forced(777, n, k, fmt, swiglu, configs.TileConfig(*tile, tma=True, warp_specialize=True), gen, device)
+    for variant in configs.GEMM_VARIANT_TILES.values():
+        _check_forced(777, n, k, fmt, swiglu, variant[swiglu], gen, device)
+    _check_forced(8192, n, k, fmt, swiglu, configs.GEMM_VARIANT_TILES["persistent"][swiglu], gen, device)
 
 
 @pytest.mark.gpu

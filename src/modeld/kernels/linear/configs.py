@@ -42,6 +42,9 @@ class TileConfig:
     # tma GEMM only (not swap_ab): Triton's warp specialization of the K loop (`tl.range(..., warp_specialize=True)`:
     # producer warps issue the TMA loads, setmaxnreg per role); opt-in sweep candidate
     warp_specialize: bool = False
+    # tma GEMM only (not swap_ab, not warp_specialize): one program per SM walking the tiles, the tile and K loops
+    # flattened so the next tile's loads overlap this one's epilogue (linear/gemm_persistent.py); opt-in candidate
+    persistent: bool = False
     source: str = "default heuristic"
 
 
@@ -208,27 +211,33 @@ def mid_swap_tile(fmt: str, swiglu: bool, m: int, interpreting: bool) -> TileCon
     return TileConfig(bm, 64, 128, 4, 4, tma=True, swap_ab=True, source=f"H200 s21 mid sweep, M {m}")
 
 
-# bf16 prefill-bucket tiles with Triton's warp-specialized K loop (a TMA producer and two wgmma consumer warpgroups;
-# offline sm_90 168 registers, no spill: KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md), keyed by swiglu.
-# $MODELD_GEMM_WS=1 (read per call) puts them in place of TUNED and the default for an engine A/B; untimed.
-GEMM_WS_ENV = "MODELD_GEMM_WS"
-GEMM_WS_TILES = {
-    False: TileConfig(128, 256, 64, 4, 3, tma=True, warp_specialize=True, source="$MODELD_GEMM_WS, untimed"),
-    True: TileConfig(128, 128, 64, 4, 4, tma=True, warp_specialize=True, source="$MODELD_GEMM_WS, untimed"),
+# Candidate bf16 prefill-bucket tiles for an engine A/B, keyed by variant then swiglu: "ws" = Triton's
+# warp-specialized K loop (a TMA producer and two wgmma consumer warpgroups; offline sm_90 168 registers, no spill),
+# "persistent" = one program per SM walking the tiles with the K loop flattened (linear/gemm_persistent.py).
+# $MODELD_GEMM_VARIANT (read per call; "tuned" = TUNED and the defaults) puts them in place of TUNED and the default
+# bucket tile (the dequant route of fp8 / int4 long prompts runs these too). Untimed:
+# KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md.
+GEMM_VARIANT_ENV = "MODELD_GEMM_VARIANT"
+GEMM_VARIANT_TILES = {
+    "ws": {False: TileConfig(128, 256, 64, 4, 3, tma=True, warp_specialize=True, source="$MODELD_GEMM_VARIANT=ws"),
+           True: TileConfig(128, 128, 64, 4, 4, tma=True, warp_specialize=True, source="$MODELD_GEMM_VARIANT=ws")},
+    "persistent": {
+        False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent"),
+        True: TileConfig(128, 128, 64, 8, 4, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent")},
 }
 
 
 def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: bool) -> TileConfig:
-    """The config for one launch (exact TUNED entry, else the bucket default; $MODELD_GEMM_WS=1: GEMM_WS_TILES for
-    bf16 in the "gemm" bucket). Raises KernelValueError for another $MODELD_GEMM_WS than 0 / 1."""
+    """The config for one launch (exact TUNED entry, else the bucket default; $MODELD_GEMM_VARIANT: its
+    GEMM_VARIANT_TILES for bf16 in the "gemm" bucket). Raises KernelValueError for an unknown variant."""
     bucket = m_bucket(m)
-    ws = os.environ.get(GEMM_WS_ENV) or "0"
-    if ws not in ("0", "1"):
-        raise KernelValueError(f"{GEMM_WS_ENV}={ws!r}: expected 0 or 1")
+    variant = os.environ.get(GEMM_VARIANT_ENV) or "tuned"
+    if variant != "tuned" and variant not in GEMM_VARIANT_TILES:
+        raise KernelValueError(f"{GEMM_VARIANT_ENV}={variant!r}: expected tuned, {', '.join(GEMM_VARIANT_TILES)}")
     if interpreting:  # int4 exercises the reduce-every-step GEMV, the others the 2-D accumulator
         return INTERPRETER_CONFIGS["gemv-reduce" if bucket == "gemv" and fmt == "int4" else bucket]
-    if ws == "1" and bucket == "gemm" and fmt == "bf16":
-        return GEMM_WS_TILES[swiglu]
+    if variant != "tuned" and bucket == "gemm" and fmt == "bf16":
+        return GEMM_VARIANT_TILES[variant][swiglu]
     return TUNED.get((sm, fmt, swiglu, bucket, n, k)) or _default(fmt, swiglu, bucket, n, k)
 
 

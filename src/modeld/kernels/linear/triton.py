@@ -63,6 +63,7 @@ from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launc
 from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
+from modeld.kernels.linear.gemm_persistent import _gemm_tma_persistent_kernel  # launch
 from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_swap_kernel  # launch
 from modeld.kernels.linear.weight_tile import _load_weight_tile
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
@@ -238,12 +239,22 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError(f"a swap_ab tile needs block_n a multiple of 64 (wgmma rows), got {cfg.block_n}")
     if cfg.warp_specialize and cfg.swap_ab:
         raise KernelValueError("tile config warp_specialize=True is for the tma GEMM without swap_ab")
+    if cfg.persistent and (cfg.swap_ab or cfg.warp_specialize):
+        raise KernelValueError("tile config persistent=True is for the tma GEMM without swap_ab or warp_specialize")
     for name, t in (("x", x), ("weight", w)):
         if not _tma_aligned(t):
             raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    if cfg.persistent:
+        programs = min(grid[0], _sm_count(x.device))
+        _gemm_tma_persistent_kernel[(programs,)](
+            x_desc, w_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
+            FORMAT=fmt, SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            GROUP_M=cfg.group_m, NUM_PROGRAMS=programs, DOT_F32=interpreting(), num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
+        return y
     kernel = _gemm_tma_swap_kernel if cfg.swap_ab else _gemm_tma_kernel
     ws_kwargs = {"WARP_SPECIALIZE": True} if cfg.warp_specialize else {}
     kernel[grid](

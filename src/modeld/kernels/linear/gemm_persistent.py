@@ -1,0 +1,74 @@
+"""The TMA GEMM as a persistent kernel: one program per SM walks the output tiles (a tile config with
+`persistent=True`; bf16 / fp8 weights, not swapped).
+
+Why: `_gemm_tma_kernel` launches one program per output tile, so each program's epilogue (scales, SwiGLU, the
+store of a 128 x 128 fp32-accumulated tile) runs while that SM loads nothing, and a new program's pipeline starts
+empty. At M = 8192 the 27B shapes have 320-1088 tiles on 132 SMs: 3-9 fill-and-drain gaps per SM per GEMM. Here
+the tile loop is flattened with the K loop (`tl.range(..., flatten=True)`), so Triton's pipeliner issues the next
+tile's first TMA loads before the current tile's epilogue (Triton's tutorial 09 does the same). Offline sm_90 at
+128 x 256 x 64, 8 warps, 3 stages: 156 registers, no spill, 6 UTMALDG (KNOWLEDGE/findings/
+gemm-tma-warp-specialized-offline.md, where its siblings are compared).
+
+Same math and epilogue as `_gemm_tma_kernel`: fp8 scales per output channel after the K sum, SwiGLU over rows n
+and n + up_offset, tiles visited in the grouped order of `grouped_tile`.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from modeld.kernels._tl import grouped_tile
+
+__all__ = ["_gemm_tma_persistent_kernel"]
+
+
+@triton.jit
+def _dot(xt, w, acc, DOT_F32: tl.constexpr):
+    """acc + xt @ wᵀ: x [BM, BK] bf16, the weight tile [BN, BK] (fp32 tiles in the interpreter)."""
+    if DOT_F32:
+        return tl.dot(xt.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+    return tl.dot(xt, tl.trans(w.to(tl.bfloat16)), acc)
+
+
+@triton.jit
+def _gemm_tma_persistent_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                                FORMAT: tl.constexpr, SWIGLU: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, DOT_F32: tl.constexpr):
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # one flat loop over (tile, k step) pairs of this program: the pipeliner runs the loads ahead across tiles
+    steps = tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * k_tiles
+    tile = tl.program_id(0) - NUM_PROGRAMS
+    ki = -1
+    pid_m = 0
+    pid_n = 0
+    g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for _ in tl.range(0, steps, flatten=True):
+        ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
+        if ki == 0:
+            tile += NUM_PROGRAMS
+            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        k0 = ki * BLOCK_K
+        xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
+        g = _dot(xt, w_desc.load([pid_n * BLOCK_N, k0]), g, DOT_F32)
+        if SWIGLU:
+            u = _dot(xt, w_desc.load([pid_n * BLOCK_N + up_offset, k0]), u, DOT_F32)
+        if ki == k_tiles - 1:  # the tile's last K step: epilogue, then fresh accumulators
+            rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            row_mask = rows < N
+            ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            if FORMAT == 1:
+                g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
+                if SWIGLU:
+                    u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
+            if SWIGLU:
+                out = g * tl.sigmoid(g) * u
+            else:
+                out = g
+            tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
+                     mask=(ms < M)[:, None] & row_mask[None, :])
+            g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
