@@ -19,16 +19,9 @@ import triton
 import triton.language as tl
 
 from modeld.kernels._tl import grouped_tile
+from modeld.kernels.linear.weight_tile import _dot_xwt, _store_gemm_tile
 
 __all__ = ["_gemm_tma_persistent_kernel"]
-
-
-@triton.jit
-def _dot(xt, w, acc, DOT_F32: tl.constexpr):
-    """acc + xt @ wᵀ: x [BM, BK] bf16, the weight tile [BN, BK] (fp32 tiles in the interpreter)."""
-    if DOT_F32:
-        return tl.dot(xt.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
-    return tl.dot(xt, tl.trans(w.to(tl.bfloat16)), acc)
 
 
 @triton.jit
@@ -53,22 +46,12 @@ def _gemm_tma_persistent_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_y
             pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         k0 = ki * BLOCK_K
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
-        g = _dot(xt, w_desc.load([pid_n * BLOCK_N, k0]), g, DOT_F32)
+        g = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N, k0]), g, DOT_F32)
         if SWIGLU:
-            u = _dot(xt, w_desc.load([pid_n * BLOCK_N + up_offset, k0]), u, DOT_F32)
+            u = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N + up_offset, k0]), u, DOT_F32)
         if ki == k_tiles - 1:  # the tile's last K step: epilogue, then fresh accumulators
             rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            row_mask = rows < N
             ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            if FORMAT == 1:
-                g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
-                if SWIGLU:
-                    u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
-            if SWIGLU:
-                out = g * tl.sigmoid(g) * u
-            else:
-                out = g
-            tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
-                     mask=(ms < M)[:, None] & row_mask[None, :])
+            _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, FORMAT, SWIGLU)
             g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)

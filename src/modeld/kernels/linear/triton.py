@@ -65,7 +65,7 @@ from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _ge
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 from modeld.kernels.linear.gemm_persistent import _gemm_tma_persistent_kernel  # launch
 from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_swap_kernel  # launch
-from modeld.kernels.linear.weight_tile import _load_weight_tile
+from modeld.kernels.linear.weight_tile import _dot_xwt, _load_weight_tile, _store_gemm_tile
 # recorders (bench/feasibility.py --offline) replace this module's JIT globals: v2 launches go through them
 # the mid-M policy (16 < M <= 64) lives beside the tile configs; MID_M_ENV is re-exported for benches and tests
 from modeld.kernels.linear.configs import (CHUNK_M, GEMV_TUNED, MID_M_ENV, MID_MAX_M, TileConfig,  # noqa: F401
@@ -164,27 +164,12 @@ def _matmul_kernel(x_ptr, w_ptr, ws_ptr, wm_ptr, y_ptr,
                          mask=(ms < M)[:, None] & (ks < K)[None, :], other=0.0)  # [BM, BK] bf16
             wg = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows, row_mask, k0, K, KH, stride_w, stride_s,
                                    FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
-            if DOT_F32:
-                g = tl.dot(xt.to(tl.float32), tl.trans(wg.to(tl.float32)), g)
-            else:
-                g = tl.dot(xt, tl.trans(wg.to(tl.bfloat16)), g)
+            g = _dot_xwt(xt, wg, g, DOT_F32)
             if SWIGLU:
                 wu = _load_weight_tile(w_ptr, ws_ptr, wm_ptr, rows + up_offset, row_mask, k0, K, KH, stride_w,
                                        stride_s, FORMAT, GROUP, NG, BLOCK_N, BLOCK_K)
-                if DOT_F32:
-                    u = tl.dot(xt.to(tl.float32), tl.trans(wu.to(tl.float32)), u)
-                else:
-                    u = tl.dot(xt, tl.trans(wu.to(tl.bfloat16)), u)
-    if FORMAT == 1:  # per-output-channel scale factors out of the K sum
-        g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
-        if SWIGLU:
-            u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
-    if SWIGLU:
-        out = g * tl.sigmoid(g) * u
-    else:
-        out = g
-    tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
-             mask=(ms < M)[:, None] & row_mask[None, :])
+                u = _dot_xwt(xt, wu, u, DOT_F32)
+    _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, FORMAT, SWIGLU)
 
 
 @triton.jit
@@ -202,30 +187,12 @@ def _gemm_tma_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offse
     u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16
-        wg = w_desc.load([pid_n * BLOCK_N, k0])  # [BN, BK]
-        if DOT_F32:
-            g = tl.dot(xt.to(tl.float32), tl.trans(wg.to(tl.float32)), g)
-        else:
-            g = tl.dot(xt, tl.trans(wg.to(tl.bfloat16)), g)
+        g = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N, k0]), g, DOT_F32)  # weight tile [BN, BK]
         if SWIGLU:
-            wu = w_desc.load([pid_n * BLOCK_N + up_offset, k0])
-            if DOT_F32:
-                u = tl.dot(xt.to(tl.float32), tl.trans(wu.to(tl.float32)), u)
-            else:
-                u = tl.dot(xt, tl.trans(wu.to(tl.bfloat16)), u)
+            u = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N + up_offset, k0]), u, DOT_F32)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_mask = rows < N
     ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if FORMAT == 1:
-        g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
-        if SWIGLU:
-            u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
-    if SWIGLU:
-        out = g * tl.sigmoid(g) * u
-    else:
-        out = g
-    tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
-             mask=(ms < M)[:, None] & row_mask[None, :])
+    _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, FORMAT, SWIGLU)
 
 
 def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) -> torch.Tensor:

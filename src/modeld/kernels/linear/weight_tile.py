@@ -1,12 +1,40 @@
-"""The weight-tile load shared by the tiled linear kernels (`triton._matmul_kernel`, `gemm_swap`): raw bf16 / fp8
-values, or int4 groupwise dequantised in registers."""
+"""Tile pieces shared by the tiled linear kernels: the weight-tile load (`triton._matmul_kernel`, `gemm_swap`: raw
+bf16 / fp8 values, or int4 groupwise dequantised in registers), and the x Wᵀ product step and the epilogue of the
+unswapped GEMMs (`triton._matmul_kernel`, `triton._gemm_tma_kernel`, `gemm_persistent`)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-__all__ = ["_load_weight_tile"]
+__all__ = ["_load_weight_tile", "_dot_xwt", "_store_gemm_tile"]
+
+
+@triton.jit
+def _dot_xwt(xt, w, acc, DOT_F32: tl.constexpr):
+    """acc + xt @ wᵀ: x [BM, BK] bf16, a weight tile [BN, BK] (bf16 / fp8 raw or dequantised; fp32 tiles in the
+    interpreter, whose bf16 dots are wrong)."""
+    if DOT_F32:
+        return tl.dot(xt.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+    return tl.dot(xt, tl.trans(w.to(tl.bfloat16)), acc)
+
+
+@triton.jit
+def _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset,
+                     FORMAT: tl.constexpr, SWIGLU: tl.constexpr):
+    """y[ms, rows] = the tile's epilogue: fp8 (FORMAT 1) per-output-channel scales out of the K sum, then
+    silu(g) * u for SWIGLU (u: the up rows n + up_offset), stored in y's dtype, masked to M x N."""
+    row_mask = rows < N
+    if FORMAT == 1:
+        g = g * tl.load(ws_ptr + rows, mask=row_mask, other=0.0)[None, :]
+        if SWIGLU:
+            u = u * tl.load(ws_ptr + rows + up_offset, mask=row_mask, other=0.0)[None, :]
+    if SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    else:
+        out = g
+    tl.store(y_ptr + ms[:, None] * stride_ym + rows[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=(ms < M)[:, None] & row_mask[None, :])
 
 
 @triton.jit
