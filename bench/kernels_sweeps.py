@@ -82,14 +82,12 @@ def sweep_gemm(reps, gen):
     in-tile fp8/int4 candidates for gate+up."""
     from modeld.kernels.linear.configs import TileConfig as C
     tma = dict(tma=True)
-    # warp-specialized TMA tiles (session 23, offline sm_90): Triton specializes the K loop only at num_warps 4, into
-    # 12 warps (a TMA producer and two wgmma consumer warpgroups, 8 USETMAXREG); 128 x 256 x 64 at 3 stages 168
-    # registers, no spill, 180 KB (findings/gemm-tma-warp-specialized-offline.md). At 8 warps it is a no-op.
-    ws = dict(tma=True, warp_specialize=True)
+    # No warp-specialized TMA tiles here: in session 24 nothing that launched them finished on the H200
+    # (pitfalls/gemm-warp-specialized-never-finished-h200.md), and a hang would take every row of this sweep with it.
+    # bench/gemm_variants.py times them in a child process under a watchdog.
     pers = dict(tma=True, persistent=True)  # one program per SM, tile and K loops flattened (linear/gemm_persistent.py)
     cands = (C(128, 256, 64, 8, 3), C(128, 256, 64, 8, 4), C(256, 128, 64, 8, 3), C(128, 128, 64, 8, 4),
              C(128, 128, 64, 4, 4), C(128, 256, 64, 8, 3, **tma), C(128, 128, 64, 8, 4, **tma),
-             C(128, 256, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws), C(128, 128, 64, 4, 5, **ws),
              C(128, 256, 64, 8, 3, **pers), C(128, 128, 64, 8, 4, **pers))
     for label, n, k, sw in K.LINEAR_SHAPES[1:]:
         K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)  # default tile + cuBLAS baseline
@@ -102,8 +100,7 @@ def sweep_gemm(reps, gen):
     label, n, k, sw = K.LINEAR_SHAPES[0]
     K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen)
     for cfg in (C(128, 128, 64, 8, 4, **tma), C(128, 128, 64, 8, 3, **tma), C(128, 64, 64, 8, 4, **tma),
-                C(64, 128, 64, 4, 4, **tma), C(128, 128, 64, 4, 3, **ws), C(128, 128, 64, 4, 4, **ws),
-                C(128, 128, 64, 8, 4, **pers)):
+                C(64, 128, 64, 4, 4, **tma), C(128, 128, 64, 8, 4, **pers)):
         K.bench_linear(8192, "bf16", label, n, k, sw, reps, gen, config=cfg, tag=" [sweep]", baseline=False)
     K.bench_linear(8192, "bf16", "mlp gate+up unfused (no activation)", 2 * n, k, False, reps, gen, baseline=False)
     for fmt in ("fp8", "int4g128"):

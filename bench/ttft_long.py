@@ -241,9 +241,11 @@ def engine_long(R, st, profile: str) -> dict:
 def cold_variants(a, eng, cold_run, long_ids) -> dict:
     """--cold-ab: per round the default cold run, then each variant's; best of --runs each, the ratio variant /
     default, and the variant's last-token logits against the default's."""
-    for _, env, chunk in a.cold_ab:  # compile each variant's kernels / shapes before timing
+    for label, env, chunk in a.cold_ab:  # compile each variant's kernels / shapes before timing
+        t0 = time.perf_counter()
         with variant(eng, env, chunk):
             cold_run(long_ids[: min(a.long, 2 * (chunk or a.chunk))])
+        print(f"cold-ab warm-up {label}: {time.perf_counter() - t0:.1f} s", flush=True)  # progress if a call times out
     base, runs, logits = [], {label: [] for label, _, _ in a.cold_ab}, {}
     for _ in range(a.runs):
         base.append(cold_run(long_ids))
@@ -252,6 +254,7 @@ def cold_variants(a, eng, cold_run, long_ids) -> dict:
             with variant(eng, env, chunk):
                 runs[label].append(cold_run(long_ids))
             logits[label] = float((eng.logits[0].float() - want).abs().max())
+            print(f"cold-ab round {len(base)} {label}: {runs[label][-1]:.3f} s (default {base[-1]:.3f} s)", flush=True)
     return {"default": best(base), "variants": {
         label: {**best(runs[label]), "ratio_best": min(runs[label]) / min(base), "logits_max_abs": logits[label]}
         for label, _, _ in a.cold_ab}}

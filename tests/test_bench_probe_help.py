@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
                                            ("gemv_fp8_depth3.py", "TRIPLE buffer"),
                                            ("gemv_tiled_layout.py", "pre-tiled"),
                                            ("gluon_stream_probe.py", "--copies"),
-                                           ("gemm_ws_sass.py", "USETMAXREG")])
+                                           ("gemm_ws_sass.py", "USETMAXREG"),
+                                           ("gemm_variants.py", "watchdog")])
 def test_probe_help(script, needle):
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)

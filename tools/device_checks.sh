@@ -6,7 +6,9 @@
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
-#   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. warp-specialized / persistent) + GPU tests
+#   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
+#   tools/device_checks.sh gemm-variants  # tuned / persistent / ws tiles, one child process per variant under a
+#                                    # watchdog (session 24: the ws tile never finished on the H200); ~2-5 min
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
@@ -23,7 +25,12 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-step=${1:?usage: tools/device_checks.sh tests|kernels|attn|gemm|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q}
+usage="tests|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
+step=${1:?usage: tools/device_checks.sh $usage}
+# Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
+# tail still waiting for its end prints nothing (session 24 lost two calls' output that way; the tool keeps the
+# last 12,000 characters anyway). Give each call a device limit ABOVE the step's inner timeout
+# (KNOWLEDGE/pitfalls/device-call-limit-below-inner-timeout.md).
 : "${OUT:?OUT must name the output folder (the device tool sets it)}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=src:.:/tmp/site PYTHONUNBUFFERED=1
@@ -34,65 +41,73 @@ case "$step" in
   tests)
     xdist=()
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 12)
-    timeout -s INT -k 30 400 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" tests/kernels tests/engine \
-      tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep -v -i warning | tail -15
+    # 785 of 791 tests took 405 s on 12 workers in session 24: 540 s leaves room under the 600 s call limit
+    timeout -s INT -k 20 540 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" tests/kernels tests/engine \
+      tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   kernels)
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
-      | grep -E "gdn_prefill\(chunked,v2" | tail -40
+      | grep --line-buffered -E "gdn_prefill\(chunked,v2"
     ;;
   attn)
     # the one-pass prefill attention's tiles at T 8192 from 0 and from 24576 (bench/kernels_sweeps.sweep_attention)
     # and the key loops; then the GPU tests of the tile candidates
     timeout 420 python3 bench/kernels.py --out "$OUT/$step/k" --sections prefill-loops,sweep-attention \
-      --no-recurrent 2>&1 | grep -E "attention prefill" | cut -c1-160 | tail -30
+      --no-recurrent 2>&1 | grep --line-buffered -E "attention prefill"
     timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention.py -k tile_candidates \
-      2>&1 | tail -2
+      2>&1 | grep --line-buffered -E " passed| failed|error"
     ;;
   gemm)
     # the bf16 prefill GEMM tiles at M 8192 beside cuBLAS, incl. the warp-specialized and persistent TMA tiles; their
     # GPU tests
     timeout 420 python3 bench/kernels.py --out "$OUT/$step/k" --sections sweep-gemm --no-recurrent 2>&1 \
-      | grep -E "^linear" | cut -c1-160 | tail -45
+      | grep --line-buffered -E "^linear"
     timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_linear.py -k warp_specialized \
-      2>&1 | tail -2
+      2>&1 | grep --line-buffered -E " passed| failed|error"
+    ;;
+  gemm-variants)
+    timeout 500 python3 bench/gemm_variants.py --out "$OUT/$step/gv" --child-timeout 150 2>&1 \
+      | grep --line-buffered -E "^(gemm_variants|SUMMARY)|Error|Traceback"
     ;;
   ttft)
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
     # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
     # A/Bs the prefill attention tile candidates beside the fp16 passes alone
-    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GEMM_VARIANT=ws}
-    ab=$ab,MODELD_GEMM_VARIANT=persistent,MODELD_GDN_PASS_PRECISION=fp16
-    timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 --profiles bf16,fp8,int4 \
-      --kernel-table 14 --cold-ab "$ab" 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error" | tail -20
+    # (no MODELD_GEMM_VARIANT=ws: it never finished in session 24; `gemm-variants` first). Session 24: two calls
+    # with 5 and 3 variants ran past their limits before the bf16 stage ended: one profile, 3 variants per call
+    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_GEMM_VARIANT=persistent,MODELD_GDN_PASS_PRECISION=fp16}
+    timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
+      --profiles "${TTFT_PROFILES:-bf16}" \
+      --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \
+      | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|cold-ab"
     ;;
   qhead)
     # the quantized lm_head (converter --lm-head; findings/quantized-lm-head-recipe-option.md): its GPU tests, the
     # logits rows (bf16 / fp8 / int4 heads in one run), then our fp8 / int4 engines' decode with each head
     timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_logits.py \
-      tests/engine/test_engine_quantized.py 2>&1 | tail -2
+      tests/engine/test_engine_quantized.py 2>&1 | grep --line-buffered -E " passed| failed|error"
     timeout 120 python3 bench/kernels.py --out "$OUT/$step/k" --sections logits --no-recurrent 2>&1 \
-      | grep -E "^logits" | cut -c1-160
+      | grep --line-buffered -E "^logits"
     for p in fp8 int4; do
       for head in bf16 $p; do
         timeout 150 python3 bench/engine_qwen3_5.py --out "$OUT/$step/engine-$p-head-$head" --profile $p \
-          --lm-head $head --ttft 128 2>&1 | grep -E "^(decode|load) |Error|Traceback" | cut -c1-300 | tail -2
+          --lm-head $head --ttft 128 2>&1 | grep --line-buffered -E "^(decode|load) |Error|Traceback"
       done
     done
     ;;
   cert-qhead)
     # the certification of the quantized-head artifacts (bf16 first: the rung-6 noise reference)
     timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 500 \
-      --profiles bf16,fp8+qhead,int4+qhead 2>&1 | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
+      --profiles bf16,fp8+qhead,int4+qhead 2>&1 | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES"
     ;;
   cert)
     timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 450 2>&1 \
-      | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
+      | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES"
     ;;
   w8a8)
     timeout 520 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 400 \
       --profiles bf16,fp8,fp8+w8a8 --batch-slots 0 --ttft-chunks '' --long-cases 8 --long-seed 20261202 2>&1 \
-      | grep -E "SUMMARY|FAILED|SKIP|Error|GATES" | tail -20
+      | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES"
     ;;
   llamacpp|llamacpp-q)
     # TARGETS.md's second control: llama.cpp built here with CUDA (sm_90) from tools/llama_cpp_sdist.sh's source
@@ -124,11 +139,11 @@ case "$step" in
     control() {   # control OUTDIR ARGS...: llama_cpp_control.py with the CUDA build on the path
       local out=$1; shift
       PYTHONPATH=src:.:/tmp/site:$site timeout 300 python3 bench/llama_cpp_control.py --out "$out" --gguf $gguf "$@" \
-        2>&1 | grep -E "SUMMARY|Error|Traceback" | tail -5
+        2>&1 | grep --line-buffered -E "SUMMARY|Error|Traceback"
     }
     engine() {    # engine PROFILE: our engine's decode / TTFT rows in the same call
       timeout 200 python3 bench/engine_qwen3_5.py --out "$OUT/$step/engine-$1" --profile "$1" --ttft 128,8192 2>&1 \
-        | grep -E "^(decode|ttft|load) |Error|Traceback" | cut -c1-400 | tail -4
+        | grep --line-buffered -E "^(decode|ttft|load) |Error|Traceback"
     }
     if [ "$step" = llamacpp ]; then
       control "$OUT/$step/bf16"
@@ -141,8 +156,7 @@ case "$step" in
     fi
     ;;
   *)
-    echo "unknown step $step: expected tests, kernels, attn, gemm, ttft, cert, qhead, cert-qhead, w8a8, llamacpp" \
-      "or llamacpp-q" >&2
+    echo "unknown step $step: expected one of $usage" >&2
     exit 2
     ;;
 esac

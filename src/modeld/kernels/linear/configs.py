@@ -216,7 +216,8 @@ def mid_swap_tile(fmt: str, swiglu: bool, m: int, interpreting: bool) -> TileCon
 # "persistent" = one program per SM walking the tiles with the K loop flattened (linear/gemm_persistent.py).
 # $MODELD_GEMM_VARIANT (read per call; "tuned" = TUNED and the defaults) puts them in place of TUNED and the default
 # bucket tile (the dequant route of fp8 / int4 long prompts runs these too). Untimed:
-# KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md.
+# KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md. "ws" never finished on the H200 in session 24 (suspected
+# hang, KNOWLEDGE/pitfalls/gemm-warp-specialized-never-finished-h200.md): time it only via bench/gemm_variants.py.
 GEMM_VARIANT_ENV = "MODELD_GEMM_VARIANT"
 GEMM_VARIANT_TILES = {
     "ws": {False: TileConfig(128, 256, 64, 4, 3, tma=True, warp_specialize=True, source="$MODELD_GEMM_VARIANT=ws"),

@@ -1,0 +1,48 @@
+"""bench/gemm_variants.py on the CPU: every variant's child runs the interpreter at tiny shapes and records its rows;
+a child past --child-timeout is killed and recorded as a timeout (the guard for a kernel that never finishes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(tmp_path, *args):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1",
+           "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gemm_variants.py"), "--out", str(tmp_path), "--dry-run",
+                        "--reps", "2", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads((tmp_path / "gemm_variants.json").read_text()), r.stdout
+
+
+def test_dry_run_times_every_variant(tmp_path):
+    res, out = _run(tmp_path)
+    assert set(res["variants"]) == {"tuned", "persistent", "ws"}
+    for name, v in res["variants"].items():
+        assert v["status"] == "ok", (name, v["status"])
+        assert len(v["rows"]) == 5 and all(r["numerics_ok"] and r["p50_ms"] > 0 for r in v["rows"]), v["rows"]
+    assert {r["tile"] for r in res["variants"]["tuned"]["rows"]} == {None}
+    assert all("persistent=True" in r["tile"] for r in res["variants"]["persistent"]["rows"])
+    assert all("vs_tuned" in r for r in res["variants"]["ws"]["rows"])
+    assert out.count("SUMMARY") == 10
+
+
+def test_a_child_past_its_timeout_is_recorded_not_waited_for(tmp_path):
+    # 0.5 s: the child is still importing torch when the watchdog kills it
+    res, out = _run(tmp_path, "--variants", "ws", "--child-timeout", "0.5")
+    ws = res["variants"]["ws"]
+    assert ws["status"] == "timeout" and ws["rows"] == [] and ws["wall_s"] < 30, ws
+    assert "ws: timeout" in out
+
+
+def test_unknown_variant_is_refused(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gemm_variants.py"), "--out", str(tmp_path),
+                        "--variants", "tuned,fast"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"})
+    assert r.returncode == 2 and "unknown fast" in r.stderr
