@@ -73,9 +73,10 @@ case "$step" in
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
     # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
     # A/Bs the prefill attention tile candidates beside the fp16 passes alone
-    # (no MODELD_GEMM_VARIANT=ws: it never finished in session 24; `gemm-variants` first). Session 24: two calls
-    # with 5 and 3 variants ran past their limits before the bf16 stage ended: one profile, 3 variants per call
-    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_GEMM_VARIANT=persistent,MODELD_GDN_PASS_PRECISION=fp16}
+    # (no MODELD_GEMM_VARIANT: ws never finished in session 24 and persistent has not yet run on the GPU at all; run
+    # `gemm-variants` first, then TTFT_AB=MODELD_GEMM_VARIANT=persistent if it finishes and wins). Session 24: two
+    # calls with 5 and 3 variants ran past their limits before the bf16 stage ended: one profile, 3 variants per call
+    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GDN_PASS_PRECISION=fp16}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \
