@@ -23,7 +23,8 @@ def _run(tmp_path, *args):
 
 def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
-    assert set(res["variants"]) == {"tuned", "persistent", "ws"}
+    assert set(res["variants"]) == {"tuned", "persistent", "ws", "gluon-ws"}
+    assert res["variants"].pop("gluon-ws")["status"].startswith("skipped")  # Gluon: no interpreter
     for name, v in res["variants"].items():
         assert v["status"] == "ok", (name, v["status"])
         assert len(v["rows"]) == 5 and all(r["numerics_ok"] and r["p50_ms"] > 0 for r in v["rows"]), v["rows"]

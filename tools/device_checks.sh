@@ -7,8 +7,8 @@
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
-#   tools/device_checks.sh gemm-variants  # tuned / persistent / ws tiles, one child process per variant under a
-#                                    # watchdog (session 24: the ws tile never finished on the H200); ~2-5 min
+#   tools/device_checks.sh gemm-variants  # tuned / persistent / ws / gluon-ws tiles, one child process per variant
+#                                    # under a watchdog (session 24: the ws tile never finished on the H200); ~2-5 min
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
@@ -73,9 +73,9 @@ case "$step" in
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
     # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
     # A/Bs the prefill attention tile candidates beside the fp16 passes alone
-    # (no MODELD_GEMM_VARIANT: ws never finished in session 24 and persistent has not yet run on the GPU at all; run
-    # `gemm-variants` first, then TTFT_AB=MODELD_GEMM_VARIANT=persistent if it finishes and wins). Session 24: two
-    # calls with 5 and 3 variants ran past their limits before the bf16 stage ended: one profile, 3 variants per call
+    # (no MODELD_GEMM_VARIANT: ws never finished in session 24, persistent and gluon-ws have not yet run on the GPU;
+    # run `gemm-variants` first, then e.g. TTFT_AB=MODELD_GEMM_VARIANT=gluon-ws for those that finish and win). Two
+    # session-24 calls with 5 and 3 variants ran past their limits in the bf16 stage: one profile, ≤ 3 variants
     ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GDN_PASS_PRECISION=fp16}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \

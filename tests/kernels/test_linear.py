@@ -8,6 +8,9 @@ shapes and random shapes. Outputs come from a poisoned `torch.empty`, so an unwr
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from modeld.kernels.linear import reference as ref
 from modeld.kernels.linear import triton as tt
 
 FORMATS = ["bf16", "fp8", "int4g32", "int4g128"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _device_gen(gen, device) -> torch.Generator:
@@ -227,6 +231,71 @@ def test_persistent_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device
                        config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, persistent=True, **bad))
 
 
+def test_gluon_ws_tiles_are_refused_where_they_cannot_run(device):
+    """TileConfig.gluon_ws: never combined with the other TMA kernels' flags; not in the interpreter (Gluon kernels
+    do not run there: CPU coverage is the offline compile below); int4 weights refused on the GPU."""
+    x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
+    for bad in (dict(swap_ab=True), dict(warp_specialize=True), dict(persistent=True)):
+        with pytest.raises(KernelValueError, match="gluon_ws"):
+            tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16,
+                       config=configs.TileConfig(128, 64, 64, 8, 3, tma=True, gluon_ws=True, **bad))
+    if interpreting():
+        with pytest.raises(KernelValueError, match="interpreter"):
+            tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16,
+                       config=configs.GEMM_VARIANT_TILES["gluon-ws"][False])
+
+
+def test_gluon_ws_gemm_compiles_for_sm90_offline():
+    """The Gluon warp-specialized GEMM at its variant tiles (plain 128 x 256 x 64 / 3 stages, SwiGLU 128 x 128 x 64 /
+    4 stages; FORMAT 0 and the dequant route's 1), compiled for sm_90 without a GPU: wgmma (HGMMA) and TMA loads
+    (UTMALDG) in SASS, setmaxnreg moving registers from the producer (24) to the consumers (240), the consumers'
+    arrive on `empty` made by one thread after a barrier of its 256, shared memory within the 227 KB an SM gives one
+    CTA, and no spill for bf16 weights."""
+    code = r'''
+import re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from bench.feasibility import cuobjdump_sass, ptxas_sm90
+from modeld.kernels.linear import configs
+from modeld.kernels.linear import gemm_ws_gluon as G
+for swiglu, cfg in sorted(configs.GEMM_VARIANT_TILES["gluon-ws"].items()):
+    for fmt in (0, 1):
+        desc = lambda rows: f"tensordesc<bf16[{rows}, {cfg.block_k}],{G.shared_layout([rows, cfg.block_k])!r}>"
+        sig = {"x_desc": desc(cfg.block_m), "w_desc": desc(cfg.block_n), "ws_ptr": "*fp32", "y_ptr": "*bf16",
+               "M": "i32", "N": "i32", "K": "i32", "stride_ym": "i32", "up_offset": "i32", "FORMAT": "constexpr",
+               "SWIGLU": "constexpr", "S": "constexpr", "GROUP_M": "constexpr", "num_warps": "constexpr"}
+        src = GluonASTSource(G._gemm_ws_kernel, sig, constexprs={"FORMAT": fmt, "SWIGLU": swiglu, "S": cfg.num_stages,
+                             "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps})
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": cfg.num_warps, "maxnreg": G.MAXNREG})
+        ptx = k.asm["ptx"]
+        report, obj = ptxas_sm90(ptx, "gluon_ws_test")
+        sass = cuobjdump_sass(obj)
+        spill = sum(map(int, re.findall(r"(\d+) bytes spill", report)))
+        arrive = re.search(r"@(%p\d+) mbarrier\.arrive\.shared::cta\.b64", ptx)
+        one = arrive and re.search(r"setp\.eq\.b32\s+" + re.escape(arrive.group(1)) + r", %r\d+, 0;", ptx)
+        nreg = sorted(set(re.findall(r"setmaxnreg[.](?:inc|dec)[.]sync[.]aligned[.]u32\s+(\d+);", ptx)), key=int)
+        bar256 = int(re.search(r"bar[.]sync\s+0, 256;", ptx) is not None)
+        print(f"GWS swiglu={int(swiglu)} fmt={fmt} spill={spill} smem={k.metadata.shared} "
+              f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
+              f"setmaxnreg={','.join(nreg)} one_arrive={int(bool(one))} bar256={bar256}")
+'''
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GWS")]
+    assert len(lines) == 4, r.stdout
+    for f in lines:
+        assert int(f["hgmma"]) >= 4 and int(f["utmaldg"]) >= 2, f
+        # the producer's warpgroup at 24 registers, the consumers' at 240, nothing in between (a producer budget of
+        # 32 shows up as 32 and a consumer 232)
+        assert f["setmaxnreg"] == "24,240" and f["one_arrive"] == f["bar256"] == "1", f
+        assert 0 < int(f["smem"]) <= 232448, f
+        assert int(f["spill"]) == 0 or f["fmt"] == "1", f  # fp8's SwiGLU epilogue spills 88 B (scales on two tiles)
+
+
 # (M, N, K, format): every TMA case in each format; int4 g128 only where K holds whole groups
 SWAP_CASES = [(m, n, k, fmt) for m, n, k in TMA_CASES for fmt in ("bf16", "fp8", "int4g32", "int4g128")
               if fmt != "int4g128" or k % 128 == 0]
@@ -304,7 +373,8 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
     tiles = configs.GEMM_VARIANT_TILES[variant]
     assert after[("bf16", 8192, False)] == tiles[False]
     assert after[("bf16", 8192, True)] == tiles[True] != before[("bf16", 8192, True)]
-    assert all(c.tma and (c.warp_specialize if variant == "ws" else c.persistent) for c in tiles.values())
+    flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws"}[variant]
+    assert all(c.tma and getattr(c, flag) for c in tiles.values())
     assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
         {k: v for k, v in before.items() if k[0] != "bf16" or k[1] != 8192}
     monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "fast")
@@ -527,6 +597,36 @@ def test_gpu_persistent_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_output
     140 tiles of 128 x 256 on 132 SMs, so some programs take two; 8192 rows: many)."""
     for m in (777, 8192):
         _check_forced(m, n, k, fmt, swiglu, configs.GEMM_VARIANT_TILES["persistent"][swiglu], gen, device)
+
+
+GLUON_WS_CHILD_FLAG = "MODELD_TEST_GLUON_WS_CHILD"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get(GLUON_WS_CHILD_FLAG) != "1", reason="runs in test_gpu_gluon_ws_gemm's child")
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
+def test_gpu_gluon_ws_gemm_child(n, k, swiglu, fmt, gen, device, poisoned_outputs, monkeypatch):
+    """The Gluon warp-specialized tile at 27B shapes: a partial last M block (777 rows), many tiles (8192), a K that
+    is not a multiple of BK (5120 + 32: the last stage's TMA box half out of bounds); fp8 through the dequant route
+    ($MODELD_GEMM_VARIANT=gluon-ws, FORMAT 1 on the bf16 scratch)."""
+    cfg = configs.GEMM_VARIANT_TILES["gluon-ws"][swiglu]
+    if fmt == "bf16":
+        for m in (777, 8192):
+            _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
+        _check_forced(300, n, k + 32, fmt, swiglu, cfg, gen, device)
+    else:
+        monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "gluon-ws")
+        _check(8192, n, k, fmt, swiglu, gen, device)
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_ws_gemm(device):
+    """The Gluon warp-specialized GEMM's first GPU runs in a child pytest under a watchdog: a barrier bug there would
+    hang, and a hang here would hold an xdist worker (pitfalls/gemm-warp-specialized-never-finished-h200.md). Unlike
+    Triton's own warp specialization the barriers are ours: a timeout is a failure."""
+    status, out = pytest_in_child(f"{__file__}::test_gpu_gluon_ws_gemm_child", GLUON_WS_CHILD_FLAG, 300)
+    assert status == "passed", f"{status}: {out}"
 
 
 WS_CHILD_FLAG = "MODELD_TEST_WS_CHILD"

@@ -45,6 +45,10 @@ class TileConfig:
     # tma GEMM only (not swap_ab, not warp_specialize): one program per SM walking the tiles, the tile and K loops
     # flattened so the next tile's loads overlap this one's epilogue (linear/gemm_persistent.py); opt-in candidate
     persistent: bool = False
+    # bf16 weight values (FORMAT 0 / 1), block_m 128 on 8 warps, not swap_ab / warp_specialize / persistent: the Gluon
+    # kernel with our own producer warp and mbarriers (linear/gemm_ws_gluon.py); opt-in candidate. Needs a CUDA sm_90+
+    # device (Gluon does not run in the interpreter)
+    gluon_ws: bool = False
     source: str = "default heuristic"
 
 
@@ -225,6 +229,11 @@ GEMM_VARIANT_TILES = {
     "persistent": {
         False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent")},
+    # offline sm_90: 168 registers at launch, consumers setmaxnreg 240 / producer 24, no spill (fp8's SwiGLU epilogue
+    # 88 B), 148 / 197 KB shared (KNOWLEDGE/findings/gemm-gluon-warp-specialized-offline.md)
+    "gluon-ws": {
+        False: TileConfig(128, 256, 64, 8, 3, tma=True, gluon_ws=True, source="$MODELD_GEMM_VARIANT=gluon-ws"),
+        True: TileConfig(128, 128, 64, 8, 4, tma=True, gluon_ws=True, source="$MODELD_GEMM_VARIANT=gluon-ws")},
 }
 
 

@@ -20,7 +20,9 @@ paths, or the skinny tile widened to 32 / 64 rows), not the 128-row prefill tile
 host tensor descriptors (`tma=True` in a tile config; with `swap_ab=True`, `gemm_swap._gemm_tma_swap_kernel`: the
 weight tile as wgmma's register A operand, so fp8 tiles skip the shared-memory round trip after conversion): the default of plain bf16 GEMMs with M > 16
 since the 2026-11-29 H200 sweep (0.86-0.95 of cuBLAS against 0.78-0.81 with pointer loads);
-inputs without 16-byte aligned bases and row strides fall back to the pointer-load kernel.
+inputs without 16-byte aligned bases and row strides fall back to the pointer-load kernel. A tile with `gluon_ws=True`
+(opt-in, `$MODELD_GEMM_VARIANT=gluon-ws`) runs `gemm_ws_gluon._gemm_ws_kernel` instead: the same GEMM with a producer
+warp and mbarriers written out in Gluon.
 Tile sizes come from `configs.pick` (data keyed by the exact shape), never from autotuning.
 Measured fractions of roofline: KNOWLEDGE/findings/kernels-linear-attention-h200.md; instruction
 evidence (HGMMA, LDGSTS, LDG.128, spills): KNOWLEDGE/findings/hopper-feasibility-triton-3.6.md.
@@ -52,6 +54,7 @@ from modeld.kernels.linear import dequant as _dequant
 from modeld.kernels.linear import gemv as _gemv
 from modeld.kernels.linear import gemv_hmma as _gemv_hmma
 from modeld.kernels.linear import gemv_fp8_batch as _gemv_fp8_batch
+from modeld.kernels.linear import gemm_ws_gluon as _gemm_ws_gluon
 from modeld.kernels.linear import gemv_fp8_ring as _gemv_fp8_ring
 from modeld.kernels.linear import gemv_hmma_batch as _gemv_hmma_batch
 from modeld.kernels.linear import gemv_mma as _gemv_mma
@@ -60,6 +63,7 @@ from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, 
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
 from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
+from modeld.kernels.linear.gemm_ws_gluon import _gemm_ws_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
@@ -208,9 +212,17 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError("tile config warp_specialize=True is for the tma GEMM without swap_ab")
     if cfg.persistent and (cfg.swap_ab or cfg.warp_specialize):
         raise KernelValueError("tile config persistent=True is for the tma GEMM without swap_ab or warp_specialize")
+    if cfg.gluon_ws and (cfg.swap_ab or cfg.warp_specialize or cfg.persistent):
+        raise KernelValueError("tile config gluon_ws=True excludes swap_ab, warp_specialize and persistent")
+    if cfg.gluon_ws and interpreting():
+        raise KernelValueError("tile config gluon_ws=True: Gluon kernels do not run in the Triton interpreter")
     for name, t in (("x", x), ("weight", w)):
         if not _tma_aligned(t):
             raise KernelStrideError(f"{name} needs a 16-byte aligned base and row stride for a TMA config")
+    if cfg.gluon_ws:
+        if fmt not in (FMT_BF16, FMT_FP8) or w.dtype != torch.bfloat16 or not _gemm_ws_gluon.usable(x, w, y):
+            raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
+        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
@@ -252,6 +264,10 @@ def _launch_swap_int4(x, w, ws, wm, y, swiglu: bool, group: int, n: int, cfg: Ti
     if not _tma_aligned(x):
         raise KernelStrideError("x needs a 16-byte aligned base and row stride for a swap_ab tile")
     ng = _int4_groups(cfg, group)
+    if cfg.gluon_ws:
+        if fmt not in (FMT_BF16, FMT_FP8) or w.dtype != torch.bfloat16 or not _gemm_ws_gluon.usable(x, w, y):
+            raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
+        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     _gemm_swap_int4_kernel[grid](

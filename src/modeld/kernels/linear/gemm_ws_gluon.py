@@ -1,0 +1,179 @@
+"""The bf16 prefill GEMM y = x Wᵀ (optionally SwiGLU over W's 2F rows) with warp specialization written out in Gluon
+(`triton.experimental.gluon`): one producer warp issues the TMA loads of an S-stage ring, the kernel's own warps
+(two warpgroups at num_warps 8) consume it with asynchronous wgmma, and `empty` / `ready` mbarriers hand the stages
+back and forth. Opt-in: `$MODELD_GEMM_VARIANT=gluon-ws` (configs.GEMM_VARIANT_TILES), `TileConfig.gluon_ws`.
+
+Why: 67 % of the cold 32k prefill is bf16 GEMM at ≈ 729 TFLOP/s (0.91 of cuBLAS's 802); Hopper GEMMs at cuBLAS's
+rate are warp-specialized. Triton's own warp specialization of the TMA GEMM's K loop (`tl.range(...,
+warp_specialize=True)`) never finished on the H200 in session 24 (KNOWLEDGE/pitfalls/
+gemm-warp-specialized-never-finished-h200.md); here the barriers are ours, each wait paired with one arrive or one
+TMA completion, so a hang would be a bug in this file rather than in a compiler pass.
+
+The loop, per program (one [BM, BN] output tile, grouped tile order as `_tl.grouped_tile`):
+* producer (worker, 1 warp, few registers): for K tile i, wait `empty[i % S]` (phase flipped: the first pass of the
+  ring finds every stage free), expect the stage's bytes on `ready[i % S]`, issue the TMA copies of the x tile
+  [BM, BK] and the weight tile [BN, BK] (SwiGLU: the up rows' tile too);
+* consumer (default partition): wait `ready[i % S]`, issue wgmma on the stage (the weight tile's transposed view as
+  the B operand), wait until only this stage's wgmma are in flight, then arrive on `empty` of the stage before (its
+  wgmma have finished reading it);
+* epilogue (default partition, after the join): fp8's per-channel scale (the dequant route passes FORMAT 1 with bf16
+  weight values), silu(g) * u for SwiGLU, masked stores to y.
+Out-of-bounds rows / columns of the last tiles arrive from TMA as zeros and are masked at the store.
+
+Gluon kernels do not run in the CPU interpreter: CPU tests compile this one for sm_90 offline (SASS: HGMMA,
+UTMALDG, the setmaxnreg of the partitions) and check the wrapper's refusals; `-m gpu` tests run it against the spec.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from modeld.kernels.errors import KernelValueError
+
+__all__ = ["usable", "launch", "MAXNREG", "PRODUCER_REGS"]
+
+# 12 warps (8 consumer + a producer warpgroup, of which one warp works) x 32 threads x 168 registers fits the 64 K
+# register file; the producer's warpgroup gives its registers back down to PRODUCER_REGS (setmaxnreg), so the two
+# consumer warpgroups can grow to (65536 - 128 x 24) / 256 = 244 -> 240 (offline PTX: setmaxnreg.inc 240), room for
+# a [128, 256] fp32 accumulator
+MAXNREG = 168
+PRODUCER_REGS = gl.constexpr(24)
+
+
+def usable(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> bool:
+    """Can this call take the Gluon kernel? CUDA sm_90+, bf16 x / W / y, unit inner strides, 16-byte aligned bases
+    and row strides (TMA descriptors on x and W)."""
+    if not (x.is_cuda and w.is_cuda and y.is_cuda) or torch.cuda.get_device_capability(x.device)[0] < 9:
+        return False
+    if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
+        return False
+    return all(t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in (x, w))
+
+
+@gluon.jit
+def _tile_of(pid, M, N, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """(pid_m, pid_n) in grouped order: GROUP_M row blocks sweep the N blocks together (kernels/_tl.grouped_tile,
+    restated: a Gluon kernel cannot call a `tl` helper)."""
+    num_m = gl.cdiv(M, BM)
+    num_n = gl.cdiv(N, BN)
+    in_group = GROUP_M * num_n
+    first_m = (pid // in_group) * GROUP_M
+    rows = gl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % in_group) % rows, (pid % in_group) // rows
+
+
+@gluon.jit
+def _producer(x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, off_m, off_n, up_offset, k_tiles,
+              SWIGLU: gl.constexpr):
+    S: gl.constexpr = x_bufs.type.shape[0]
+    BK: gl.constexpr = x_bufs.type.shape[2]
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes * (2 if SWIGLU else 1)
+    for i in range(k_tiles):
+        s = i % S
+        mbarrier.wait(empty.index(s), ((i // S) & 1) ^ 1)  # barriers start in phase "1 complete": pass 0 is free
+        mbarrier.expect(ready.index(s), nbytes)
+        tma.async_copy_global_to_shared(x_desc, [off_m, i * BK], ready.index(s), x_bufs.index(s))
+        tma.async_copy_global_to_shared(w_desc, [off_n, i * BK], ready.index(s), w_bufs.index(s))
+        if SWIGLU:
+            tma.async_copy_global_to_shared(w_desc, [off_n + up_offset, i * BK], ready.index(s), u_bufs.index(s))
+
+
+@gluon.jit
+def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, k_tiles, SWIGLU: gl.constexpr, BM: gl.constexpr,
+              BN: gl.constexpr, num_warps: gl.constexpr):
+    S: gl.constexpr = x_bufs.type.shape[0]
+    # wgmma m64nNk16 per warpgroup: warps stacked along M (16 rows each), the instruction as wide as the tile
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    g = gl.zeros([BM, BN], gl.float32, acc_layout)
+    u = gl.zeros([BM, BN], gl.float32, acc_layout)  # SwiGLU's up rows; unused (and folded away) otherwise
+    for i in range(k_tiles):
+        s = i % S
+        mbarrier.wait(ready.index(s), (i // S) & 1)
+        xs = x_bufs.index(s)
+        g = warpgroup_mma(xs, w_bufs.index(s).permute((1, 0)), g, is_async=True)
+        if SWIGLU:
+            u = warpgroup_mma(xs, u_bufs.index(s).permute((1, 0)), u, is_async=True)
+            g, u = warpgroup_mma_wait(num_outstanding=2, deps=(g, u))  # stage i's two in flight, i - 1's done
+        else:
+            g = warpgroup_mma_wait(num_outstanding=1, deps=(g, ))
+        if i > 0:
+            mbarrier.arrive(empty.index((i - 1) % S), count=1)
+    if SWIGLU:
+        g, u = warpgroup_mma_wait(num_outstanding=0, deps=(g, u))
+        return g, u
+    g = warpgroup_mma_wait(num_outstanding=0, deps=(g, ))
+    return g, g
+
+
+@gluon.jit
+def _gemm_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                    FORMAT: gl.constexpr, SWIGLU: gl.constexpr, S: gl.constexpr, GROUP_M: gl.constexpr,
+                    num_warps: gl.constexpr):
+    BM: gl.constexpr = x_desc.block_type.shape[0]
+    BK: gl.constexpr = x_desc.block_type.shape[1]
+    BN: gl.constexpr = w_desc.block_type.shape[0]
+    pid_m, pid_n = _tile_of(gl.program_id(0), M, N, BM, BN, GROUP_M)
+    off_m = pid_m * BM
+    off_n = pid_n * BN
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [S, BM, BK], x_desc.layout)
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [S, BN, BK], w_desc.layout)
+    u_bufs = gl.allocate_shared_memory(w_desc.dtype, [S if SWIGLU else 1, BN, BK], w_desc.layout)
+    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(ready.index(i), count=1)
+    k_tiles = gl.cdiv(K, BK)
+    g, u = gl.warp_specialize([
+        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, k_tiles, SWIGLU, BM, BN, num_warps)),
+        (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, off_m, off_n, up_offset, k_tiles, SWIGLU)),
+    ], [1], [PRODUCER_REGS])
+    for i in gl.static_range(S):
+        mbarrier.invalidate(empty.index(i))
+        mbarrier.invalidate(ready.index(i))
+    rows = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, g.type.layout))
+    ms = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, g.type.layout))
+    rmask = rows < N
+    if FORMAT == 1:
+        g = g * gl.expand_dims(gl.load(ws_ptr + rows, mask=rmask, other=0.0), 0)
+        if SWIGLU:
+            u = u * gl.expand_dims(gl.load(ws_ptr + rows + up_offset, mask=rmask, other=0.0), 0)
+    if SWIGLU:
+        out = g * (1.0 / (1.0 + gl.exp(-g))) * u
+    else:
+        out = g
+    mask = gl.expand_dims(ms < M, 1) & gl.expand_dims(rmask, 0)
+    gl.store(y_ptr + gl.expand_dims(ms, 1) * stride_ym + gl.expand_dims(rows, 0), out.to(y_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def shared_layout(block: list[int]):
+    """The 128-byte-swizzled NVMMA layout of a bf16 TMA tile (what wgmma reads without bank conflicts)."""
+    return gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+
+
+def launch(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor | None, y: torch.Tensor, fmt: int, swiglu: bool, n: int,
+           cfg, kernel=None) -> torch.Tensor:
+    """y [M, n] <- x [M, K] . W^T (FORMAT 1: times ws per output channel; SwiGLU: silu(gate) * up with up rows
+    n + row). cfg: a TileConfig with gluon_ws (block_m / block_n / block_k / num_stages / num_warps / group_m).
+    Inputs were checked by the public wrapper and `usable`. `kernel` overrides the JIT function (tests). MUTATES y."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    if fmt not in (0, 1):
+        raise KernelValueError("the Gluon warp-specialized GEMM takes bf16 weight values (FORMAT 0 or 1)")
+    if cfg.num_warps != 8 or cfg.block_m != 128:
+        raise KernelValueError(f"the Gluon warp-specialized GEMM runs 128-row tiles on 8 warps, got {cfg}")
+    m, k = x.shape
+    x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k], shared_layout([cfg.block_m, cfg.block_k]))
+    w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k], shared_layout([cfg.block_n, cfg.block_k]))
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    (kernel or _gemm_ws_kernel)[grid](
+        x_desc, w_desc, ws if ws is not None else y, y, m, n, k, y.stride(0), n,
+        FORMAT=fmt, SWIGLU=swiglu, S=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, maxnreg=MAXNREG)
+    return y
