@@ -1,5 +1,5 @@
-"""Probe: the bf16 prefill GEMM variants ($MODELD_GEMM_VARIANT: the tuned tiles, `persistent`, `ws`, `gluon-ws`) at
-the 27B linear shapes and M 8192, each variant in its OWN child process under a watchdog, beside cuBLAS.
+"""Probe: the bf16 prefill GEMM variants ($MODELD_GEMM_VARIANT: the tuned tiles, `persistent`, `ws`, `gluon-ws`,
+`gluon-ws-persistent`) at the 27B linear shapes and M 8192, each variant in its OWN child process under a watchdog, beside cuBLAS.
 
 Why a child per variant: in session 24 nothing that launched the warp-specialized TMA tile
 (`TileConfig.warp_specialize`, Triton 3.6, num_warps 4) finished on the H200: its four GPU tests were still running
@@ -29,9 +29,9 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
-VARIANTS = ("tuned", "persistent", "ws", "gluon-ws")
+VARIANTS = ("tuned", "persistent", "ws", "gluon-ws", "gluon-ws-persistent")
 # Gluon kernels do not run in the Triton interpreter: a --dry-run records these as skipped
-NOT_INTERPRETED = ("gluon-ws",)
+NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent")
 CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8192^3 on the H200
 
 

@@ -23,8 +23,9 @@ def _run(tmp_path, *args):
 
 def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
-    assert set(res["variants"]) == {"tuned", "persistent", "ws", "gluon-ws"}
-    assert res["variants"].pop("gluon-ws")["status"].startswith("skipped")  # Gluon: no interpreter
+    assert set(res["variants"]) == {"tuned", "persistent", "ws", "gluon-ws", "gluon-ws-persistent"}
+    for gluon in ("gluon-ws", "gluon-ws-persistent"):  # Gluon: no interpreter
+        assert res["variants"].pop(gluon)["status"].startswith("skipped")
     for name, v in res["variants"].items():
         assert v["status"] == "ok", (name, v["status"])
         assert len(v["rows"]) == 5 and all(r["numerics_ok"] and r["p50_ms"] > 0 for r in v["rows"]), v["rows"]

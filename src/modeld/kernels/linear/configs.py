@@ -43,9 +43,10 @@ class TileConfig:
     # producer warps issue the TMA loads, setmaxnreg per role); opt-in sweep candidate
     warp_specialize: bool = False
     # tma GEMM only (not swap_ab, not warp_specialize): one program per SM walking the tiles, the tile and K loops
-    # flattened so the next tile's loads overlap this one's epilogue (linear/gemm_persistent.py); opt-in candidate
+    # flattened so the next tile's loads overlap this one's epilogue (linear/gemm_persistent.py); opt-in candidate.
+    # With gluon_ws: the Gluon kernel's programs walk the tiles the same way
     persistent: bool = False
-    # bf16 weight values (FORMAT 0 / 1), block_m 128 on 8 warps, not swap_ab / warp_specialize / persistent: the Gluon
+    # bf16 weight values (FORMAT 0 / 1), block_m 128 on 8 warps, not swap_ab / warp_specialize: the Gluon
     # kernel with our own producer warp and mbarriers (linear/gemm_ws_gluon.py); opt-in candidate. Needs a CUDA sm_90+
     # device (Gluon does not run in the interpreter)
     gluon_ws: bool = False
@@ -229,11 +230,18 @@ GEMM_VARIANT_TILES = {
     "persistent": {
         False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent")},
-    # offline sm_90: 168 registers at launch, consumers setmaxnreg 240 / producer 24, no spill (fp8's SwiGLU epilogue
-    # 88 B), 148 / 197 KB shared (KNOWLEDGE/findings/gemm-gluon-warp-specialized-offline.md)
+    # the Gluon kernel with our own producer warp and barriers (linear/gemm_ws_gluon.py): one program per tile, or
+    # persistent (one per SM, each tile's epilogue overlapping the producer's loads of the next). Offline sm_90:
+    # consumers setmaxnreg 240 / producer 24, no spill, 148 / 197 KB shared
+    # (KNOWLEDGE/findings/gemm-gluon-warp-specialized-offline.md)
     "gluon-ws": {
         False: TileConfig(128, 256, 64, 8, 3, tma=True, gluon_ws=True, source="$MODELD_GEMM_VARIANT=gluon-ws"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, gluon_ws=True, source="$MODELD_GEMM_VARIANT=gluon-ws")},
+    "gluon-ws-persistent": {
+        False: TileConfig(128, 256, 64, 8, 3, tma=True, gluon_ws=True, persistent=True,
+                          source="$MODELD_GEMM_VARIANT=gluon-ws-persistent"),
+        True: TileConfig(128, 128, 64, 8, 4, tma=True, gluon_ws=True, persistent=True,
+                         source="$MODELD_GEMM_VARIANT=gluon-ws-persistent")},
 }
 
 

@@ -212,8 +212,8 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError("tile config warp_specialize=True is for the tma GEMM without swap_ab")
     if cfg.persistent and (cfg.swap_ab or cfg.warp_specialize):
         raise KernelValueError("tile config persistent=True is for the tma GEMM without swap_ab or warp_specialize")
-    if cfg.gluon_ws and (cfg.swap_ab or cfg.warp_specialize or cfg.persistent):
-        raise KernelValueError("tile config gluon_ws=True excludes swap_ab, warp_specialize and persistent")
+    if cfg.gluon_ws and (cfg.swap_ab or cfg.warp_specialize):
+        raise KernelValueError("tile config gluon_ws=True excludes swap_ab and warp_specialize")
     if cfg.gluon_ws and interpreting():
         raise KernelValueError("tile config gluon_ws=True: Gluon kernels do not run in the Triton interpreter")
     for name, t in (("x", x), ("weight", w)):
@@ -222,7 +222,7 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     if cfg.gluon_ws:
         if fmt not in (FMT_BF16, FMT_FP8) or w.dtype != torch.bfloat16 or not _gemm_ws_gluon.usable(x, w, y):
             raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
-        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, kernel=_gemm_ws_kernel)
+        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, _sm_count(x.device), kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
@@ -267,7 +267,7 @@ def _launch_swap_int4(x, w, ws, wm, y, swiglu: bool, group: int, n: int, cfg: Ti
     if cfg.gluon_ws:
         if fmt not in (FMT_BF16, FMT_FP8) or w.dtype != torch.bfloat16 or not _gemm_ws_gluon.usable(x, w, y):
             raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
-        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, kernel=_gemm_ws_kernel)
+        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, _sm_count(x.device), kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     _gemm_swap_int4_kernel[grid](
