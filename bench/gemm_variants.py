@@ -35,6 +35,24 @@ NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent")
 CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8192^3 on the H200
 
 
+def variant_tile(variant: str, swiglu: bool):
+    """The forced tile of a variant: None for "tuned" (the engine's own pick), GEMM_VARIANT_TILES for a named variant,
+    or an explicit Gluon tile "gluon:BN:STAGES[:p]" (128 x BN x 64 on 8 warps; SwiGLU at min(BN, 128) columns, its two
+    accumulators; ":p" persistent)."""
+    from modeld.kernels.linear import configs
+
+    if variant == "tuned":
+        return None
+    if variant in configs.GEMM_VARIANT_TILES:
+        return configs.GEMM_VARIANT_TILES[variant][swiglu]
+    parts = variant.split(":")
+    if parts[0] != "gluon" or len(parts) not in (3, 4) or parts[3:] not in ([], ["p"]):
+        raise ValueError(f"unknown variant {variant!r}: expected {', '.join(VARIANTS)} or gluon:BN:STAGES[:p]")
+    bn, stages = int(parts[1]), int(parts[2])
+    return configs.TileConfig(128, min(bn, 128) if swiglu else bn, 64, 8, stages, tma=True, gluon_ws=True,
+                              persistent=parts[3:] == ["p"], source=variant)
+
+
 def child(variant: str, m: int, reps: int, dry_run: bool, rows_path: str) -> int:
     """Time every shape with `variant`'s tile (None for the tuned route) and cuBLAS; rows written after each."""
     import torch
@@ -50,7 +68,7 @@ def child(variant: str, m: int, reps: int, dry_run: bool, rows_path: str) -> int
     for label, n, k, swiglu in shapes:
         x = (torch.randn(m, k, device=K.DEV, generator=gen)).bfloat16()
         w = (torch.randn(2 * n if swiglu else n, k, device=K.DEV, generator=gen) / k**0.5).bfloat16()
-        cfg = None if variant == "tuned" else configs.GEMM_VARIANT_TILES[variant][swiglu]
+        cfg = variant_tile(variant, swiglu)
 
         def ours(_i, x=x, w=w, swiglu=swiglu, cfg=cfg):
             return tt._launch(x, w, None, None, tt.FMT_BF16, swiglu, torch.bfloat16, 0, config=cfg)
@@ -101,28 +119,35 @@ def run_child(variant: str, a, rows_path: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for gemm_variants.json (and one rows file per child)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"comma-separated, of {', '.join(VARIANTS)}, or explicit Gluon tiles gluon:BN:STAGES[:p] "
+                         "(e.g. gluon:256:4, gluon:128:4:p)")
     ap.add_argument("--m", type=int, default=None, help="tokens (default 8192; 64 with --dry-run)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays per timing")
     ap.add_argument("--child-timeout", type=float, default=150.0, help="seconds before a variant's child is killed")
     ap.add_argument("--dry-run", action="store_true", help="CPU: Triton interpreter, tiny shapes (numbers mean nothing)")
-    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     a.m = a.m or (64 if a.dry_run else 8192)
     os.makedirs(a.out, exist_ok=True)
     if a.child:
-        return child(a.child, a.m, a.reps, a.dry_run, os.path.join(a.out, f"rows-{a.child}.json"))
+        return child(a.child, a.m, a.reps, a.dry_run, os.path.join(a.out, f"rows-{a.child.replace(':', '_')}.json"))
     variants = [v for v in a.variants.split(",") if v]
-    bad = [v for v in variants if v not in VARIANTS]
+    bad = []
+    for v in variants:
+        try:
+            variant_tile(v, False)
+        except (ValueError, IndexError):
+            bad.append(v)
     if bad:
-        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)})")
+        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)} or gluon:BN:STAGES[:p])")
     result = {"commit": os.environ.get("MODELD_COMMIT"), "M": a.m, "dry_run": a.dry_run,
               "cublas_ceiling_tflops": CUBLAS_CEILING_TFLOPS, "variants": {}}
     for v in variants:
-        rows_path = os.path.join(a.out, f"rows-{v}.json")
+        rows_path = os.path.join(a.out, f"rows-{v.replace(':', '_')}.json")
         if os.path.exists(rows_path):
             os.remove(rows_path)
-        if a.dry_run and v in NOT_INTERPRETED:
+        if a.dry_run and (v in NOT_INTERPRETED or v.startswith("gluon:")):
             result["variants"][v] = {"status": "skipped: Gluon does not run in the interpreter", "wall_s": 0.0,
                                      "rows": []}
         else:

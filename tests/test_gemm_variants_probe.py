@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,3 +50,19 @@ def test_unknown_variant_is_refused(tmp_path):
                         "--variants", "tuned,fast"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"})
     assert r.returncode == 2 and "unknown fast" in r.stderr
+
+
+def test_explicit_gluon_tiles_parse():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gemm_variants", ROOT / "bench" / "gemm_variants.py")
+    gv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gv)
+    plain, swiglu = gv.variant_tile("gluon:256:4:p", False), gv.variant_tile("gluon:256:4:p", True)
+    assert (plain.block_m, plain.block_n, plain.block_k, plain.num_warps, plain.num_stages) == (128, 256, 64, 8, 4)
+    assert swiglu.block_n == 128 and plain.gluon_ws and plain.persistent and plain.tma
+    assert not gv.variant_tile("gluon:128:3", False).persistent
+    assert gv.variant_tile("tuned", True) is None
+    for bad in ("gluon:256", "gluon:256:4:x", "cublas"):
+        with pytest.raises(ValueError):
+            gv.variant_tile(bad, False)
