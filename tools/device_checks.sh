@@ -4,6 +4,7 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
+#   tools/device_checks.sh tests-new # only this session's new GPU tests (Gluon GEMM, ws / persistent, quantized head)
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
@@ -25,7 +26,7 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-usage="tests|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
+usage="tests|tests-new|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
 # tail still waiting for its end prints nothing (session 24 lost two calls' output that way; the tool keeps the
@@ -44,6 +45,12 @@ case "$step" in
     # 785 of 791 tests took 405 s on 12 workers in session 24: 540 s leaves room under the 600 s call limit
     timeout -s INT -k 20 540 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" tests/kernels tests/engine \
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
+    ;;
+  tests-new)
+    # session 24's new / changed GPU tests, ~2 min: run these first, the whole suite before any default flips
+    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_linear.py \
+      tests/kernels/test_logits.py -k "gluon or persistent_tma or warp_specialized or 27b_vocab" \
+      --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   kernels)
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
