@@ -24,7 +24,9 @@ program's K steps):
 Out-of-bounds rows / columns of the last tiles arrive from TMA as zeros and are masked at the store.
 
 Gluon kernels do not run in the CPU interpreter: CPU tests compile this one for sm_90 offline (SASS: HGMMA,
-UTMALDG, the setmaxnreg of the partitions) and check the wrapper's refusals; `-m gpu` tests run it against the spec.
+UTMALDG, the setmaxnreg of the partitions), check the wrapper's refusals, and simulate the barrier handshake with
+PTX's parity semantics (tests/kernels/test_gemm_ws_gluon_protocol.py restates `_producer` / `_consumer`'s ring
+positions, parities and releases: change both together); `-m gpu` tests run it against the spec.
 """
 
 from __future__ import annotations
