@@ -29,16 +29,17 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
-VARIANTS = ("tuned", "persistent", "ws", "gluon-ws", "gluon-ws-persistent")
+VARIANTS = ("tuned", "persistent", "persistent-plain", "ws", "gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
 # Gluon kernels do not run in the Triton interpreter: a --dry-run records these as skipped
-NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent")
+NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
 CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8192^3 on the H200
 
 
 def variant_tile(variant: str, swiglu: bool):
-    """The forced tile of a variant: None for "tuned" (the engine's own pick), GEMM_VARIANT_TILES for a named variant,
-    or an explicit Gluon tile "gluon:BN:STAGES[:p]" (128 x BN x 64 on 8 warps; SwiGLU at min(BN, 128) columns, its two
-    accumulators; ":p" persistent)."""
+    """The forced tile of a variant: None for "tuned" (the engine's own pick, also where a named variant keeps it),
+    GEMM_VARIANT_TILES for a named variant, an explicit Gluon tile "gluon:BN:STAGES[:p]" (128 x BN x 64 on 8 warps;
+    SwiGLU at min(BN, 128) columns, its two accumulators; ":p" persistent) or an explicit ping-pong tile
+    "pingpong:BM:BN:STAGES" (one consumer warpgroup's BM x BN x 64; SwiGLU at 64 x min(BN, 128))."""
     from modeld.kernels.linear import configs
 
     if variant == "tuned":
@@ -46,8 +47,13 @@ def variant_tile(variant: str, swiglu: bool):
     if variant in configs.GEMM_VARIANT_TILES:
         return configs.GEMM_VARIANT_TILES[variant][swiglu]
     parts = variant.split(":")
+    if parts[0] == "pingpong" and len(parts) == 4:
+        bm, bn, stages = int(parts[1]), int(parts[2]), int(parts[3])
+        return configs.TileConfig(64 if swiglu else bm, min(bn, 128) if swiglu else bn, 64, 4, stages, tma=True,
+                                  gluon_ws=True, persistent=True, pingpong=True, source=variant)
     if parts[0] != "gluon" or len(parts) not in (3, 4) or parts[3:] not in ([], ["p"]):
-        raise ValueError(f"unknown variant {variant!r}: expected {', '.join(VARIANTS)} or gluon:BN:STAGES[:p]")
+        raise ValueError(f"unknown variant {variant!r}: expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p] or "
+                         "pingpong:BM:BN:STAGES")
     bn, stages = int(parts[1]), int(parts[2])
     return configs.TileConfig(128, min(bn, 128) if swiglu else bn, 64, 8, stages, tma=True, gluon_ws=True,
                               persistent=parts[3:] == ["p"], source=variant)
@@ -121,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for gemm_variants.json (and one rows file per child)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)}, or explicit Gluon tiles gluon:BN:STAGES[:p] "
-                         "(e.g. gluon:256:4, gluon:128:4:p)")
+                         "(e.g. gluon:256:4, gluon:128:4:p) and pingpong:BM:BN:STAGES (e.g. pingpong:64:256:4)")
     ap.add_argument("--m", type=int, default=None, help="tokens (default 8192; 64 with --dry-run)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays per timing")
     ap.add_argument("--child-timeout", type=float, default=150.0, help="seconds before a variant's child is killed")
@@ -140,14 +146,15 @@ def main(argv=None) -> int:
         except (ValueError, IndexError):
             bad.append(v)
     if bad:
-        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)} or gluon:BN:STAGES[:p])")
+        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p] or "
+                 "pingpong:BM:BN:STAGES)")
     result = {"commit": os.environ.get("MODELD_COMMIT"), "M": a.m, "dry_run": a.dry_run,
               "cublas_ceiling_tflops": CUBLAS_CEILING_TFLOPS, "variants": {}}
     for v in variants:
         rows_path = os.path.join(a.out, f"rows-{v.replace(':', '_')}.json")
         if os.path.exists(rows_path):
             os.remove(rows_path)
-        if a.dry_run and (v in NOT_INTERPRETED or v.startswith("gluon:")):
+        if a.dry_run and (v in NOT_INTERPRETED or v.startswith(("gluon:", "pingpong:"))):
             result["variants"][v] = {"status": "skipped: Gluon does not run in the interpreter", "wall_s": 0.0,
                                      "rows": []}
         else:

@@ -25,8 +25,9 @@ def _run(tmp_path, *args):
 
 def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
-    assert set(res["variants"]) == {"tuned", "persistent", "ws", "gluon-ws", "gluon-ws-persistent"}
-    for gluon in ("gluon-ws", "gluon-ws-persistent"):  # Gluon: no interpreter
+    assert set(res["variants"]) == {"tuned", "persistent", "persistent-plain", "ws", "gluon-ws", "gluon-ws-persistent",
+                                    "gluon-pingpong"}
+    for gluon in ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong"):  # Gluon: no interpreter
         assert res["variants"].pop(gluon)["status"].startswith("skipped")
     for name, v in res["variants"].items():
         assert v["status"] == "ok", (name, v["status"])
@@ -34,7 +35,10 @@ def test_dry_run_times_every_variant(tmp_path):
     assert {r["tile"] for r in res["variants"]["tuned"]["rows"]} == {None}
     assert all("persistent=True" in r["tile"] for r in res["variants"]["persistent"]["rows"])
     assert all("vs_tuned" in r for r in res["variants"]["ws"]["rows"])
-    assert out.count("SUMMARY") == 10
+    # persistent-plain: the persistent tile on the plain shapes, the tuned route (tile None) for gate+up SwiGLU
+    plain = {r["shape"]: r["tile"] for r in res["variants"]["persistent-plain"]["rows"]}
+    assert plain.pop("mlp gate+up swiglu") is None and all("persistent=True" in t for t in plain.values()), plain
+    assert out.count("SUMMARY") == 15
 
 
 def test_a_child_past_its_timeout_is_recorded_not_waited_for(tmp_path):

@@ -49,7 +49,7 @@ case "$step" in
   tests-new)
     # session 24's new / changed GPU tests, ~2 min: run these first, the whole suite before any default flips
     timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_linear.py \
-      tests/kernels/test_logits.py -k "gluon or persistent_tma or warp_specialized or 27b_vocab" \
+      tests/kernels/test_logits.py -k "gluon or persistent or warp_specialized or 27b_vocab" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   kernels)
@@ -74,7 +74,7 @@ case "$step" in
     ;;
   gemm-variants)
     # the Gluon tiles first, Triton's warp-specialized tile (never finished in session 24) last
-    gv=${GV_VARIANTS:-tuned,gluon-ws,gluon-ws-persistent,gluon:256:4:p,gluon:128:3:p,persistent,ws}
+    gv=${GV_VARIANTS:-tuned,persistent-plain,persistent,gluon-ws,gluon-ws-persistent,ws}
     timeout 500 python3 bench/gemm_variants.py --out "$OUT/$step/gv" --child-timeout 120 --variants "$gv" 2>&1 \
       | grep --line-buffered -E "^(gemm_variants|SUMMARY)|Error|Traceback"
     ;;
@@ -85,7 +85,10 @@ case "$step" in
     # (no MODELD_GEMM_VARIANT: ws never finished in session 24, persistent and gluon-ws have not yet run on the GPU;
     # run `gemm-variants` first, then e.g. TTFT_AB=MODELD_GEMM_VARIANT=gluon-ws for those that finish and win). Two
     # session-24 calls with 5 and 3 variants ran past their limits in the bf16 stage: one profile, ≤ 3 variants
-    ab=${TTFT_AB:-MODELD_ATTN_PREFILL_TILE=64:64:4:1,MODELD_ATTN_PREFILL_TILE=64:32:4:2,MODELD_GDN_PASS_PRECISION=fp16}
+    # Session 25: gemm-variants timed the persistent tile 1.08-1.11x on the plain shapes (0.83x on SwiGLU), hence
+    # persistent-plain, alone and with the fp16 passes (findings/gemm-variants-measured-h200-s25.md)
+    pp=MODELD_GEMM_VARIANT=persistent-plain
+    ab=${TTFT_AB:-$pp,$pp+MODELD_GDN_PASS_PRECISION=fp16,MODELD_ATTN_PREFILL_TILE=64:64:4:1}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \

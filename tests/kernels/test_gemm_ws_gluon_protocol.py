@@ -41,10 +41,19 @@ def producer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log):
             it += 1
 
 
-def consumer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log):
-    it = 0
+def consumer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log, first=0, step=1, turn=None, skip_other=True):
+    """`_consumer` with FIRST / STEP: step 2 is the ping-pong kernel's pair, consumer `first` taking the program's
+    tiles first, first + 2, ... and skipping the other's ring positions; `turn` (two barriers; None: the mutation
+    without them) orders the pair's main loops: consumer c starts its i-th tile after the other finished the main
+    loop of the tile before (else the one ahead waits on ring positions a whole tile beyond the producer, where a
+    parity wait cannot tell phase j from phase j - 2)."""
+    it = first * k_tiles
     in_flight = []  # stages whose wgmma may still read shared memory
-    for t in range(pid, tiles, nprog):
+    for i, t in enumerate(range(pid + first * nprog, tiles, step * nprog)):
+        if step > 1 and turn is not None and (first == 1 or i > 0):
+            parity = (i & 1) if first == 1 else ((i - 1) & 1)
+            while not turn[first].passes(parity):
+                yield "wait turn"
         for kk in range(k_tiles):
             s = it % S
             while not ready[s].passes((it // S) & 1):
@@ -60,38 +69,52 @@ def consumer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log):
             if kk > 0:
                 empty[(it - 1) % S].complete()
             it += 1
+        if step > 1 and turn is not None:
+            turn[1 - first].complete()  # the main loop is done: the other consumer's turn
         for done in in_flight:  # warpgroup_mma_wait(0)
             ring[done]["reading"] = None
         in_flight = []
         empty[(it - 1) % S].complete()  # the tile's last stage back to the producer
+        it += (step - 1) * k_tiles if skip_other else 0
         log.append(("tile", t))
         yield "epilogue"
+
+
+def _run(gens, rng, what):
+    live, stalls = list(gens), 0
+    while live:
+        g = rng.choice(live)
+        try:
+            step = next(g)
+        except StopIteration:
+            live.remove(g)
+            continue
+        stalls = stalls + 1 if step.startswith("wait") else 0
+        assert stalls < 10_000, f"deadlock: every side waiting ({what})"
 
 
 @pytest.mark.parametrize("S", [2, 3, 4])
 @pytest.mark.parametrize("tiles,nprog", [(1, 1), (5, 5), (7, 3), (9, 2)])
 @pytest.mark.parametrize("k_tiles", [1, 2, 3, 7])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_ring_protocol(S, tiles, nprog, k_tiles, seed):
-    rng = random.Random(seed * 1000 + S * 100 + tiles * 10 + k_tiles)
+@pytest.mark.parametrize("consumers", [1, 2], ids=["ws", "pingpong"])
+def test_ring_protocol(S, tiles, nprog, k_tiles, seed, consumers):
+    rng = random.Random(seed * 1000 + S * 100 + tiles * 10 + k_tiles + consumers * 7)
     for pid in range(nprog):
         empty, ready = [MBarrier() for _ in range(S)], [MBarrier() for _ in range(S)]
         ring = [{"data": None, "reading": None} for _ in range(S)]
         log: list = []
-        gens = [producer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log),
-                consumer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log)]
-        live, stalls = list(gens), 0
-        while live:
-            g = rng.choice(live)
-            try:
-                step = next(g)
-            except StopIteration:
-                live.remove(g)
-                continue
-            stalls = stalls + 1 if step.startswith("wait") else 0
-            assert stalls < 10_000, f"deadlock: both sides waiting (S {S}, tiles {tiles}, k {k_tiles})"
+        gens = [producer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log)]
+        turn = [MBarrier(), MBarrier()]
+        gens += [consumer(pid, nprog, tiles, k_tiles, S, empty, ready, ring, log, first=c, step=consumers, turn=turn)
+                 for c in range(consumers)]
+        _run(gens, rng, f"S {S}, tiles {tiles}, k {k_tiles}, consumers {consumers}")
         mine = list(range(pid, tiles, nprog))
-        assert [e[1] for e in log if e[0] == "tile"] == mine
+        # each consumer finishes its own tiles in order; together every tile of the program once
+        for c in range(consumers):
+            theirs = [e[1] for e in log if e[0] == "tile" and mine.index(e[1]) % consumers == c]
+            assert theirs == mine[c::consumers]
+        assert sorted(e[1] for e in log if e[0] == "tile") == mine
         assert sorted(e[1:] for e in log if e[0] == "load") == [(t, k) for t in mine for k in range(k_tiles)]
 
 
@@ -105,3 +128,27 @@ def test_the_simulation_catches_a_wrong_parity():
     ring[0]["reading"] = (0, 0)
     with pytest.raises(AssertionError, match="overwrites"):
         next(producer(0, 1, 1, k_tiles, S, empty, ready, ring, []))
+
+
+@pytest.mark.parametrize("mutation", ["no skip", "no turns"])
+def test_the_simulation_catches_a_broken_pingpong_pair(mutation):
+    """Without stepping its ring position past the other warpgroup's tile, a ping-pong consumer waits on positions
+    of the wrong tile; without the turn barriers one runs a tile ahead of the producer and a parity wait passes on
+    an old phase (both seen in this simulation before the kernel had its turns): it reads another tile's data or
+    deadlocks."""
+    S, k_tiles, tiles = 2, 7, 9
+    failures = 0
+    for seed in range(4):
+        empty, ready = [MBarrier() for _ in range(S)], [MBarrier() for _ in range(S)]
+        ring = [{"data": None, "reading": None} for _ in range(S)]
+        log: list = []
+        gens = [producer(0, 1, tiles, k_tiles, S, empty, ready, ring, log)]
+        gens += [consumer(0, 1, tiles, k_tiles, S, empty, ready, ring, log, first=c, step=2,
+                          turn=None if mutation == "no turns" else [MBarrier(), MBarrier()],
+                          skip_other=mutation != "no skip") for c in range(2)]
+        try:
+            _run(gens, random.Random(seed), "mutated ping-pong")
+        except AssertionError as e:
+            assert "reads stage" in str(e) or "deadlock" in str(e)
+            failures += 1
+    assert failures > 0

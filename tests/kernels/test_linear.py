@@ -243,6 +243,11 @@ def test_gluon_ws_tiles_are_refused_where_they_cannot_run(device):
         with pytest.raises(KernelValueError, match="interpreter"):
             tt._launch(x, w, None, None, tt.FMT_BF16, False, torch.bfloat16,
                        config=configs.GEMM_VARIANT_TILES["gluon-ws"][False])
+    # packed int4 reaches the swapped int4 kernel's launcher, which must refuse the flag (not ignore it)
+    qw, scales, mins = quant.quantize_int4(torch.randn(64, 64), 32)
+    with pytest.raises(KernelValueError, match="gluon_ws"):
+        tt._launch(x, qw.to(device), scales.to(device), mins.to(device), tt.FMT_INT4, False, torch.bfloat16, 32,
+                   config=configs.TileConfig(16, 64, 64, 4, 1, tma=True, swap_ab=True, gluon_ws=True))
 
 
 def test_gluon_ws_gemm_compiles_for_sm90_offline():
@@ -259,7 +264,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from bench.feasibility import cuobjdump_sass, ptxas_sm90
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemm_ws_gluon as G
-for swiglu, tile in sorted(configs.GEMM_VARIANT_TILES["gluon-ws"].items()):
+for name, kernel in (("gluon-ws", G._gemm_ws_kernel), ("gluon-pingpong", G._gemm_pingpong_kernel)):
+  for swiglu, tile in sorted(configs.GEMM_VARIANT_TILES[name].items()):
     for fmt in (0, 1):  # one kernel for both grids (one program per tile / persistent): NPROG is an argument
         cfg = G.epilogue_tile(tile, fmt)
         desc = lambda rows: f"tensordesc<bf16[{rows}, {cfg.block_k}],{G.shared_layout([rows, cfg.block_k])!r}>"
@@ -267,7 +273,7 @@ for swiglu, tile in sorted(configs.GEMM_VARIANT_TILES["gluon-ws"].items()):
                "M": "i32", "N": "i32", "K": "i32", "stride_ym": "i32", "up_offset": "i32", "NPROG": "i32",
                "FORMAT": "constexpr",
                "SWIGLU": "constexpr", "S": "constexpr", "GROUP_M": "constexpr", "num_warps": "constexpr"}
-        src = GluonASTSource(G._gemm_ws_kernel, sig, constexprs={"FORMAT": fmt, "SWIGLU": swiglu, "S": cfg.num_stages,
+        src = GluonASTSource(kernel, sig, constexprs={"FORMAT": fmt, "SWIGLU": swiglu, "S": cfg.num_stages,
                              "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps})
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                            options={"num_warps": cfg.num_warps, "maxnreg": G.MAXNREG})
@@ -279,24 +285,36 @@ for swiglu, tile in sorted(configs.GEMM_VARIANT_TILES["gluon-ws"].items()):
         one = arrive and re.search(r"setp\.eq\.b32\s+" + re.escape(arrive.group(1)) + r", %r\d+, 0;", ptx)
         nreg = sorted(set(re.findall(r"setmaxnreg[.](?:inc|dec)[.]sync[.]aligned[.]u32\s+(\d+);", ptx)), key=int)
         bar256 = int(re.search(r"bar[.]sync\s+0, 256;", ptx) is not None)
-        print(f"GWS swiglu={int(swiglu)} fmt={fmt} spill={spill} smem={k.metadata.shared} "
+        bar128 = len(set(re.findall(r"bar[.]sync\s+(\d+), 128;", ptx)))
+        print(f"GWS name={name} swiglu={int(swiglu)} fmt={fmt} spill={spill} smem={k.metadata.shared} "
               f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
-              f"setmaxnreg={','.join(nreg)} one_arrive={int(bool(one))} bar256={bar256}")
+              f"setmaxnreg={','.join(nreg)} one_arrive={int(bool(one))} bar256={bar256} bar128={bar128}")
 '''
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GWS")]
-    assert len(lines) == 4, r.stdout
+    assert len(lines) == 8, r.stdout
     for f in lines:
-        assert int(f["hgmma"]) >= 4 and int(f["utmaldg"]) >= 2, f
-        # the producer's warpgroup at 24 registers, the consumers' at 240, nothing in between (a producer budget of
-        # 32 shows up as 32 and a consumer 232)
-        assert f["setmaxnreg"] == "24,240" and f["one_arrive"] == f["bar256"] == "1", f
+        assert int(f["utmaldg"]) >= 2, f
         assert 0 < int(f["smem"]) <= 232448, f
-        # fp8's SwiGLU epilogue holds both tiles' scales beside both accumulators: 80 B spilled once per tile
-        assert int(f["spill"]) == 0 or (f["fmt"] == "1" and f["swiglu"] == "1" and int(f["spill"]) <= 128), f
+        if f["name"] == "gluon-ws":
+            assert int(f["hgmma"]) >= 4, f
+            # the producer's warpgroup at 24 registers, the consumers' at 240, nothing in between (a producer budget
+            # of 32 shows up as 32 and a consumer 232)
+            assert f["setmaxnreg"] == "24,240" and f["one_arrive"] == f["bar256"] == "1", f
+            # fp8's SwiGLU epilogue holds both tiles' scales beside both accumulators: 80 B spilled once per tile
+            assert int(f["spill"]) == 0 or (f["fmt"] == "1" and f["swiglu"] == "1" and int(f["spill"]) <= 128), f
+        else:
+            # ping-pong: each consumer warpgroup issues its own tile's wgmma (two of them: twice the HGMMA sites),
+            # synchronises on a named barrier of its 128 threads, and runs at 240 registers beside the producer's 24
+            # (the 120 / 256 are Triton's switch loop of three partitions); bf16 without spill, the fp8 dequant
+            # route's scales spilled once per tile (16 B plain, 320 B SwiGLU)
+            assert int(f["hgmma"]) >= 8 and int(f["bar128"]) >= 2 and f["one_arrive"] == "1", f
+            regs = [int(r) for r in f["setmaxnreg"].split(",")]
+            assert 24 in regs and 240 in regs and max(regs) <= 256, f
+            assert int(f["spill"]) == 0 or (f["fmt"] == "1" and int(f["spill"]) <= 384), f
 
 
 # (M, N, K, format): every TMA case in each format; int4 g128 only where K holds whole groups
@@ -374,11 +392,14 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
     after = {key: configs.pick(90, key[0], key[2], key[1], 17408 if key[2] else 5120, 5120, interpreting=False)
              for key in before}
     tiles = configs.GEMM_VARIANT_TILES[variant]
-    assert after[("bf16", 8192, False)] == tiles[False]
-    assert after[("bf16", 8192, True)] == tiles[True] != before[("bf16", 8192, True)]
+    for swiglu in (False, True):  # a variant's None keeps the tuned tile for that kind of shape
+        want = before[("bf16", 8192, swiglu)] if tiles[swiglu] is None else tiles[swiglu]
+        assert after[("bf16", 8192, swiglu)] == want
+        assert (want == before[("bf16", 8192, swiglu)]) == (tiles[swiglu] is None)
     flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws",
-            "gluon-ws-persistent": "gluon_ws"}[variant]
-    assert all(c.tma and getattr(c, flag) for c in tiles.values())
+            "gluon-ws-persistent": "gluon_ws", "persistent-plain": "persistent", "gluon-pingpong": "pingpong"}[variant]
+    assert all(c.tma and getattr(c, flag) for c in tiles.values() if c is not None)
+    assert tiles[False] is not None
     assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
         {k: v for k, v in before.items() if k[0] != "bf16" or k[1] != 8192}
     monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "fast")
@@ -603,6 +624,21 @@ def test_gpu_persistent_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_output
         _check_forced(m, n, k, fmt, swiglu, configs.GEMM_VARIANT_TILES["persistent"][swiglu], gen, device)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", [(n, k) for n, k, swiglu in GPU_SHAPES if not swiglu])
+def test_gpu_persistent_plain_tile_is_bitwise_the_tuned_tile(n, k, gen, device, monkeypatch):
+    """$MODELD_GEMM_VARIANT=persistent-plain changes no number on the plain bf16 prefill shapes: the persistent
+    128 x 256 tile and the tuned 128 x 128 one accumulate every output over the same 64-wide K steps in fp32, so the
+    outputs are equal bit for bit (what lets the variant become the default without a new certification)."""
+    x = (torch.randn(8192, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
+    (w,) = _weights("bf16", n, k, gen, device)
+    tuned = tt.linear(x, w)
+    monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "persistent-plain")
+    assert configs.pick(90, "bf16", False, 8192, n, k, interpreting=False).persistent
+    plain = tt.linear(x, w)
+    assert torch.equal(plain, tuned), f"max |diff| {float((plain.float() - tuned.float()).abs().max())}"
+
+
 GLUON_WS_CHILD_FLAG = "MODELD_TEST_GLUON_WS_CHILD"
 
 
@@ -611,11 +647,12 @@ GLUON_WS_CHILD_FLAG = "MODELD_TEST_GLUON_WS_CHILD"
 @pytest.mark.parametrize("fmt", ["bf16", "fp8"])
 @pytest.mark.parametrize("n,k,swiglu", GPU_SHAPES[:2], ids=["gate-up-swiglu", "down"])
 def test_gpu_gluon_ws_gemm_child(n, k, swiglu, fmt, gen, device, poisoned_outputs, monkeypatch):
-    """The Gluon warp-specialized tiles (one program per tile, and persistent: 777 rows = 140 tiles of 128 x 128 on
-    132 SMs, so some programs take two; 8192: many each) at 27B shapes: a partial last M block, many tiles, a K that
-    is not a multiple of BK (5120 + 32: the last stage's TMA box half out of bounds); fp8 through the dequant route
-    ($MODELD_GEMM_VARIANT=gluon-ws, FORMAT 1 on the bf16 scratch)."""
-    for variant in ("gluon-ws", "gluon-ws-persistent"):
+    """The Gluon warp-specialized tiles (one program per tile, persistent, and persistent ping-pong: 777 rows = 140
+    tiles of 128 x 128 on 132 SMs, so some programs take two; 8192: many each, alternating warpgroups) at 27B
+    shapes: a partial last M block, many tiles, a K that is not a multiple of BK (5120 + 32: the last stage's TMA box
+    half out of bounds); fp8 through the dequant route ($MODELD_GEMM_VARIANT=<variant>, FORMAT 1 on the bf16
+    scratch)."""
+    for variant in ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong"):
         cfg = configs.GEMM_VARIANT_TILES[variant][swiglu]
         if fmt == "bf16":
             for m in (777, 8192):

@@ -50,6 +50,9 @@ class TileConfig:
     # kernel with our own producer warp and mbarriers (linear/gemm_ws_gluon.py); opt-in candidate. Needs a CUDA sm_90+
     # device (Gluon does not run in the interpreter)
     gluon_ws: bool = False
+    # with gluon_ws and persistent: two consumer warpgroups (num_warps 4 each) on alternate tiles, one's epilogue
+    # beside the other's wgmma ("ping-pong"); block_m x block_n is one warpgroup's tile (64 or 128 rows)
+    pingpong: bool = False
     source: str = "default heuristic"
 
 
@@ -224,12 +227,19 @@ def mid_swap_tile(fmt: str, swiglu: bool, m: int, interpreting: bool) -> TileCon
 # KNOWLEDGE/findings/gemm-tma-warp-specialized-offline.md. "ws" never finished on the H200 in session 24 (suspected
 # hang, KNOWLEDGE/pitfalls/gemm-warp-specialized-never-finished-h200.md): time it only via bench/gemm_variants.py.
 GEMM_VARIANT_ENV = "MODELD_GEMM_VARIANT"
-GEMM_VARIANT_TILES = {
+GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
     "ws": {False: TileConfig(128, 256, 64, 4, 3, tma=True, warp_specialize=True, source="$MODELD_GEMM_VARIANT=ws"),
            True: TileConfig(128, 128, 64, 4, 4, tma=True, warp_specialize=True, source="$MODELD_GEMM_VARIANT=ws")},
     "persistent": {
         False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent")},
+    # the persistent tile on the plain shapes only, SwiGLU (None) keeps its tuned tile: session 25 on the H200
+    # (bench/gemm_variants.py, M 8192) the persistent tile ran the plain 27B shapes 1.08-1.11x faster than the tuned
+    # one but gate+up SwiGLU 0.83x (KNOWLEDGE/findings/gemm-variants-measured-h200-s25.md)
+    "persistent-plain": {
+        False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True,
+                          source="$MODELD_GEMM_VARIANT=persistent-plain"),
+        True: None},
     # the Gluon kernel with our own producer warp and barriers (linear/gemm_ws_gluon.py): one program per tile, or
     # persistent (one per SM, each tile's epilogue overlapping the producer's loads of the next). Offline sm_90:
     # consumers setmaxnreg 240 / producer 24, no spill, 148 / 197 KB shared
@@ -242,19 +252,28 @@ GEMM_VARIANT_TILES = {
                           source="$MODELD_GEMM_VARIANT=gluon-ws-persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, gluon_ws=True, persistent=True,
                          source="$MODELD_GEMM_VARIANT=gluon-ws-persistent")},
+    # ping-pong (gemm_ws_gluon._gemm_pingpong_kernel): each consumer warpgroup's own tile, 128 x 128 (plain) / 64 x 128
+    # gate + up (SwiGLU: two accumulators, 128 registers); session 25's persistent Gluon kernel gained nothing because
+    # its consumers ran every epilogue between two main loops
+    "gluon-pingpong": {
+        False: TileConfig(128, 128, 64, 4, 4, tma=True, gluon_ws=True, persistent=True, pingpong=True,
+                          source="$MODELD_GEMM_VARIANT=gluon-pingpong"),
+        True: TileConfig(64, 128, 64, 4, 4, tma=True, gluon_ws=True, persistent=True, pingpong=True,
+                         source="$MODELD_GEMM_VARIANT=gluon-pingpong")},
 }
 
 
 def pick(sm: int, fmt: str, swiglu: bool, m: int, n: int, k: int, interpreting: bool) -> TileConfig:
     """The config for one launch (exact TUNED entry, else the bucket default; $MODELD_GEMM_VARIANT: its
-    GEMM_VARIANT_TILES for bf16 in the "gemm" bucket). Raises KernelValueError for an unknown variant."""
+    GEMM_VARIANT_TILES for bf16 in the "gemm" bucket, where it names one). Raises KernelValueError for an unknown
+    variant."""
     bucket = m_bucket(m)
     variant = os.environ.get(GEMM_VARIANT_ENV) or "tuned"
     if variant != "tuned" and variant not in GEMM_VARIANT_TILES:
         raise KernelValueError(f"{GEMM_VARIANT_ENV}={variant!r}: expected tuned, {', '.join(GEMM_VARIANT_TILES)}")
     if interpreting:  # int4 exercises the reduce-every-step GEMV, the others the 2-D accumulator
         return INTERPRETER_CONFIGS["gemv-reduce" if bucket == "gemv" and fmt == "int4" else bucket]
-    if variant != "tuned" and bucket == "gemm" and fmt == "bf16":
+    if variant != "tuned" and bucket == "gemm" and fmt == "bf16" and GEMM_VARIANT_TILES[variant][swiglu] is not None:
         return GEMM_VARIANT_TILES[variant][swiglu]
     return TUNED.get((sm, fmt, swiglu, bucket, n, k)) or _default(fmt, swiglu, bucket, n, k)
 

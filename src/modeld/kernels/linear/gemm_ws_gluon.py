@@ -49,6 +49,9 @@ __all__ = ["usable", "launch", "epilogue_tile", "MAXNREG", "PRODUCER_REGS"]
 # a [128, 256] fp32 accumulator
 MAXNREG = 168
 PRODUCER_REGS = gl.constexpr(24)
+# ping-pong: 4 + 4 consumer warps and the producer's warpgroup, the same 12 warps; the second consumer asks for
+# 240 explicitly (a worker partition), the first (the default partition) gets what the producer gave back
+PINGPONG_CONSUMER_REGS = gl.constexpr(240)
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> bool:
@@ -100,8 +103,14 @@ def _producer(x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_
 
 
 @gluon.jit
-def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
-              FORMAT: gl.constexpr, SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
+              FORMAT: gl.constexpr, SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr,
+              FIRST: gl.constexpr = 0, STEP: gl.constexpr = 1):
+    # this consumer takes the program's tiles FIRST, FIRST + STEP, ... (STEP 2: ping-pong, two consumer warpgroups on
+    # alternate tiles); every tile has k_tiles ring positions, so its tile j starts at ring position j * k_tiles.
+    # Ping-pong main loops take turns (`turn`, two count-1 barriers; consumer c waits on turn[c], arrives on the
+    # other's): without them the consumer whose epilogue ended first would wait on ring positions a whole tile
+    # beyond the producer, where a parity wait cannot tell phase j from phase j - 2 (the CPU simulation hit that)
     S: gl.constexpr = x_bufs.type.shape[0]
     BM: gl.constexpr = x_bufs.type.shape[1]
     BK: gl.constexpr = x_bufs.type.shape[2]
@@ -110,9 +119,15 @@ def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, ws_ptr, y_ptr, M, N, K, stri
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     k_tiles = gl.cdiv(K, BK)
-    it = 0
-    for t in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), NPROG):
+    it = FIRST * k_tiles
+    mine = 0  # this consumer's tiles so far
+    for t in range(gl.program_id(0) + FIRST * NPROG, gl.cdiv(M, BM) * gl.cdiv(N, BN), STEP * NPROG):
         pid_m, pid_n = _tile_of(t, M, N, BM, BN, GROUP_M)
+        if STEP > 1:
+            if FIRST == 1:
+                mbarrier.wait(turn.index(1), mine & 1)  # consumer 0's main loop of the tile before
+            elif mine > 0:
+                mbarrier.wait(turn.index(0), (mine - 1) & 1)
         g = gl.zeros([BM, BN], gl.float32, acc_layout)
         u = gl.zeros([BM, BN], gl.float32, acc_layout)  # SwiGLU's up rows; unused (and folded away) otherwise
         for kk in range(k_tiles):
@@ -128,6 +143,9 @@ def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, ws_ptr, y_ptr, M, N, K, stri
             if kk > 0:
                 mbarrier.arrive(empty.index((it - 1) % S), count=1)
             it += 1
+        if STEP > 1:
+            mbarrier.arrive(turn.index(1 - FIRST), count=1)  # main loop issued: the other consumer's turn
+        mine += 1
         if SWIGLU:
             g, u = warpgroup_mma_wait(num_outstanding=0, deps=(g, u))
         else:
@@ -135,6 +153,7 @@ def _consumer(x_bufs, w_bufs, u_bufs, empty, ready, ws_ptr, y_ptr, M, N, K, stri
         # the tile's last stage back to the producer, which is already filling the next tile's: this epilogue
         # overlaps those loads (the persistent case)
         mbarrier.arrive(empty.index((it - 1) % S), count=1)
+        it += (STEP - 1) * k_tiles  # past the other consumer's tile
         _epilogue(g, u, ws_ptr, y_ptr, pid_m * BM, pid_n * BN, M, N, stride_ym, up_offset, FORMAT, SWIGLU)
 
 
@@ -175,11 +194,14 @@ def _gemm_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset
     u_bufs = gl.allocate_shared_memory(w_desc.dtype, [S if SWIGLU else 1, BN, BK], w_desc.layout)
     empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong only
     for i in gl.static_range(S):
         mbarrier.init(empty.index(i), count=1)
         mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
+        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
                      FORMAT, SWIGLU, GROUP_M, num_warps)),
         (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
                      GROUP_M)),
@@ -187,6 +209,44 @@ def _gemm_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset
     for i in gl.static_range(S):
         mbarrier.invalidate(empty.index(i))
         mbarrier.invalidate(ready.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(turn.index(i))
+
+
+@gluon.jit
+def _gemm_pingpong_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
+                          FORMAT: gl.constexpr, SWIGLU: gl.constexpr, S: gl.constexpr, GROUP_M: gl.constexpr,
+                          num_warps: gl.constexpr):
+    # ping-pong (persistent): two consumer warpgroups of num_warps (4) each take alternate tiles of the program's
+    # walk over one ring filled in walk order, so one's epilogue runs while the other's wgmma run (the producer
+    # reaches the odd tile's stages as the even tile's last K steps are consumed). The tile is one warpgroup's.
+    BM: gl.constexpr = x_desc.block_type.shape[0]
+    BK: gl.constexpr = x_desc.block_type.shape[1]
+    BN: gl.constexpr = w_desc.block_type.shape[0]
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [S, BM, BK], x_desc.layout)
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [S, BN, BK], w_desc.layout)
+    u_bufs = gl.allocate_shared_memory(w_desc.dtype, [S if SWIGLU else 1, BN, BK], w_desc.layout)
+    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong only
+    for i in gl.static_range(S):
+        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(ready.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    gl.warp_specialize([
+        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
+                     FORMAT, SWIGLU, GROUP_M, num_warps, 0, 2)),
+        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
+                     FORMAT, SWIGLU, GROUP_M, num_warps, 1, 2)),
+        (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
+                     GROUP_M)),
+    ], [num_warps, 1], [PINGPONG_CONSUMER_REGS, PRODUCER_REGS])
+    for i in gl.static_range(S):
+        mbarrier.invalidate(empty.index(i))
+        mbarrier.invalidate(ready.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(turn.index(i))
 
 
 def epilogue_tile(cfg, fmt: int):
@@ -213,7 +273,11 @@ def launch(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor | None, y: torch.T
 
     if fmt not in (0, 1):
         raise KernelValueError("the Gluon warp-specialized GEMM takes bf16 weight values (FORMAT 0 or 1)")
-    if cfg.num_warps != 8 or cfg.block_m != 128:
+    if cfg.pingpong:
+        if not cfg.persistent or cfg.num_warps != 4 or cfg.block_m not in (64, 128):
+            raise KernelValueError(f"the Gluon ping-pong GEMM is persistent with 64- or 128-row tiles on 4 warps per "
+                                   f"consumer, got {cfg}")
+    elif cfg.num_warps != 8 or cfg.block_m != 128:
         raise KernelValueError(f"the Gluon warp-specialized GEMM runs 128-row tiles on 8 warps, got {cfg}")
     m, k = x.shape
     if k == 0:  # no K step: the consumer's stage release below would index stage -1
@@ -223,7 +287,7 @@ def launch(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor | None, y: torch.T
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k], shared_layout([cfg.block_n, cfg.block_k]))
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     programs = min(tiles, sm_count) if cfg.persistent else tiles
-    (kernel or _gemm_ws_kernel)[(programs,)](
+    (kernel or (_gemm_pingpong_kernel if cfg.pingpong else _gemm_ws_kernel))[(programs,)](
         x_desc, w_desc, ws if ws is not None else y, y, m, n, k, y.stride(0), n, programs,
         FORMAT=fmt, SWIGLU=swiglu, S=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, maxnreg=MAXNREG)
     return y
