@@ -29,7 +29,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
-VARIANTS = ("tuned", "persistent", "persistent-plain", "ws", "gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
+VARIANTS = ("tuned", "persistent", "tma-plain", "ws", "gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
 # Gluon kernels do not run in the Triton interpreter: a --dry-run records these as skipped
 NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
 CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8192^3 on the H200

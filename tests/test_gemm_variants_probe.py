@@ -25,7 +25,7 @@ def _run(tmp_path, *args):
 
 def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
-    assert set(res["variants"]) == {"tuned", "persistent", "persistent-plain", "ws", "gluon-ws", "gluon-ws-persistent",
+    assert set(res["variants"]) == {"tuned", "persistent", "tma-plain", "ws", "gluon-ws", "gluon-ws-persistent",
                                     "gluon-pingpong"}
     for gluon in ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong"):  # Gluon: no interpreter
         assert res["variants"].pop(gluon)["status"].startswith("skipped")
@@ -35,9 +35,10 @@ def test_dry_run_times_every_variant(tmp_path):
     assert {r["tile"] for r in res["variants"]["tuned"]["rows"]} == {None}
     assert all("persistent=True" in r["tile"] for r in res["variants"]["persistent"]["rows"])
     assert all("vs_tuned" in r for r in res["variants"]["ws"]["rows"])
-    # persistent-plain: the persistent tile on the plain shapes, the tuned route (tile None) for gate+up SwiGLU
-    plain = {r["shape"]: r["tile"] for r in res["variants"]["persistent-plain"]["rows"]}
-    assert plain.pop("mlp gate+up swiglu") is None and all("persistent=True" in t for t in plain.values()), plain
+    # tma-plain: the pre-session-25 128 x 128 tile on the plain shapes, the tuned route (tile None) for SwiGLU
+    plain = {r["shape"]: r["tile"] for r in res["variants"]["tma-plain"]["rows"]}
+    assert plain.pop("mlp gate+up swiglu") is None, plain
+    assert all("tma=True" in t and "persistent=False" in t for t in plain.values()), plain
     assert out.count("SUMMARY") == 15
 
 

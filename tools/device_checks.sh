@@ -74,21 +74,18 @@ case "$step" in
     ;;
   gemm-variants)
     # the Gluon tiles first, Triton's warp-specialized tile (never finished in session 24) last
-    gv=${GV_VARIANTS:-tuned,persistent-plain,persistent,gluon-ws,gluon-ws-persistent,ws}
+    gv=${GV_VARIANTS:-tuned,tma-plain,persistent,gluon-ws,gluon-pingpong,ws}
     timeout 500 python3 bench/gemm_variants.py --out "$OUT/$step/gv" --child-timeout 120 --variants "$gv" 2>&1 \
       | grep --line-buffered -E "^(gemm_variants|SUMMARY)|Error|Traceback"
     ;;
   ttft)
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
-    # value). Session 23 ran the GDN fp16 passes / fp16x3 (findings/gdn-fp16-passes-h200-s23.md); the default now
-    # A/Bs the prefill attention tile candidates beside the fp16 passes alone
-    # (no MODELD_GEMM_VARIANT: ws never finished in session 24, persistent and gluon-ws have not yet run on the GPU;
-    # run `gemm-variants` first, then e.g. TTFT_AB=MODELD_GEMM_VARIANT=gluon-ws for those that finish and win). Two
-    # session-24 calls with 5 and 3 variants ran past their limits in the bf16 stage: one profile, ≤ 3 variants
-    # Session 25: gemm-variants timed the persistent tile 1.08-1.11x on the plain shapes (0.83x on SwiGLU), hence
-    # persistent-plain, alone and with the fp16 passes (findings/gemm-variants-measured-h200-s25.md)
-    pp=MODELD_GEMM_VARIANT=persistent-plain
-    ab=${TTFT_AB:-$pp,$pp+MODELD_GDN_PASS_PRECISION=fp16,MODELD_ATTN_PREFILL_TILE=64:64:4:1}
+    # value; a GEMM variant only after `gemm-variants` shows it finishing: Triton's ws tile hangs). Session 25 (one
+    # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
+    # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the defaults (cold 32k 0.918x, every
+    # certification gate PASS); the default A/B is the session-24 defaults beside them
+    # (findings/qwen3_5-27b-recertification-s25-h200.md)
+    ab=${TTFT_AB:-MODELD_GEMM_VARIANT=tma-plain+MODELD_GDN_PASS_PRECISION=tf32}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \

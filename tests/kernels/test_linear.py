@@ -397,7 +397,7 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
         assert after[("bf16", 8192, swiglu)] == want
         assert (want == before[("bf16", 8192, swiglu)]) == (tiles[swiglu] is None)
     flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws",
-            "gluon-ws-persistent": "gluon_ws", "persistent-plain": "persistent", "gluon-pingpong": "pingpong"}[variant]
+            "gluon-ws-persistent": "gluon_ws", "tma-plain": "tma", "gluon-pingpong": "pingpong"}[variant]
     assert all(c.tma and getattr(c, flag) for c in tiles.values() if c is not None)
     assert tiles[False] is not None
     assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
@@ -626,17 +626,18 @@ def test_gpu_persistent_tma_gemm(n, k, swiglu, fmt, gen, device, poisoned_output
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", [(n, k) for n, k, swiglu in GPU_SHAPES if not swiglu])
-def test_gpu_persistent_plain_tile_is_bitwise_the_tuned_tile(n, k, gen, device, monkeypatch):
-    """$MODELD_GEMM_VARIANT=persistent-plain changes no number on the plain bf16 prefill shapes: the persistent
-    128 x 256 tile and the tuned 128 x 128 one accumulate every output over the same 64-wide K steps in fp32, so the
-    outputs are equal bit for bit (what lets the variant become the default without a new certification)."""
+def test_gpu_persistent_default_tile_is_bitwise_the_tma_tile(n, k, gen, device, monkeypatch):
+    """The persistent plain bf16 prefill tile (the default since session 25) changes no number against the earlier
+    128 x 128 TMA tile ($MODELD_GEMM_VARIANT=tma-plain): both accumulate every output over the same 64-wide K steps
+    in fp32, so the outputs are equal bit for bit (what let it become the default without a new parity baseline)."""
     x = (torch.randn(8192, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
     (w,) = _weights("bf16", n, k, gen, device)
-    tuned = tt.linear(x, w)
-    monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "persistent-plain")
     assert configs.pick(90, "bf16", False, 8192, n, k, interpreting=False).persistent
-    plain = tt.linear(x, w)
-    assert torch.equal(plain, tuned), f"max |diff| {float((plain.float() - tuned.float()).abs().max())}"
+    default = tt.linear(x, w)
+    monkeypatch.setenv(configs.GEMM_VARIANT_ENV, "tma-plain")
+    assert not configs.pick(90, "bf16", False, 8192, n, k, interpreting=False).persistent
+    before = tt.linear(x, w)
+    assert torch.equal(default, before), f"max |diff| {float((default.float() - before.float()).abs().max())}"
 
 
 GLUON_WS_CHILD_FLAG = "MODELD_TEST_GLUON_WS_CHILD"

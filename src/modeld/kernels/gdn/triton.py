@@ -96,12 +96,13 @@ V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687
 # on for an A/B.
 V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
 OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
-# The v2 state and output passes' dot precision: DOT_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
-# names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
-# half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
+# The v2 state and output passes' dot precision: V2_PASS_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per
+# call) names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit
+# mantissa at half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
 # (`_chunk_kernels_v2.py`). H200 session 23: v2 prefill 0.64x at T 4096 / 8192, the cold 32k 0.963x, but the
-# certification's bf16 parity gate failed by one flip with it (and fp16x3) on: opt-in
-# (findings/gdn-fp16-passes-h200-s23.md). The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block
+# certification's bf16 parity gate failed by one flip with it and fp16x3 on together. Session 25: the fp16 passes
+# alone (with the persistent plain GEMM tile) passed every gate, cold 32k 0.918x with both; the default since
+# (findings/qwen3_5-27b-recertification-s25-h200.md). "tf32" (DOT_PRECISION) is the earlier default. The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block
 # products in fp16 spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs
 # (the tf32x3 series dominates).
 # The state pass with the state held transposed (`_chunk_state_t_kernel`: its register operands become the dots'
@@ -113,6 +114,7 @@ STATE_T_ENV = "MODELD_GDN_STATE_T"
 V2_STATE_T = False
 PASS_PRECISION_ENV = "MODELD_GDN_PASS_PRECISION"
 PASS_PRECISIONS = ("tf32", "ieee", "fp16")
+V2_PASS_PRECISION = "fp16"
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
@@ -178,9 +180,9 @@ def state_transposed() -> bool:
 
 
 def pass_precision() -> str:
-    """The v2 state / output passes' precision: $MODELD_GDN_PASS_PRECISION if set, else DOT_PRECISION.
+    """The v2 state / output passes' precision: $MODELD_GDN_PASS_PRECISION if set, else V2_PASS_PRECISION.
     Raises KernelValueError."""
-    return env_choice(PASS_PRECISION_ENV, DOT_PRECISION, PASS_PRECISIONS)
+    return env_choice(PASS_PRECISION_ENV, V2_PASS_PRECISION, PASS_PRECISIONS)
 
 
 def inv_precision() -> str:

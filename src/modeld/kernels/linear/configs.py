@@ -149,6 +149,12 @@ def _default(fmt: str, swiglu: bool, bucket: str, n: int, k: int) -> TileConfig:
     # candidate in KNOWLEDGE/optimizations/prefill-gemm-tma-descriptors.md). SwiGLU (two accumulators):
     # TMA 128x128x64, 4 stages (session 21: 0.86x the pointer tile's time at M = 8192); dequantising formats
     # (in-tile, explicit or tiny-M calls only: from M 512 they take the dequant route) 128x64 by pointers.
+    # Plain bf16 since session 25: the persistent 128 x 256 x 64 tile (one program per SM; linear/gemm_persistent.py),
+    # 1.08-1.11x the 128 x 128 tile at M 8192 on the four plain 27B shapes, the cold 32k 0.953x with logits equal bit
+    # for bit (findings/gemm-variants-measured-h200-s25.md); $MODELD_GEMM_VARIANT=tma-plain restores the earlier tile.
+    if fmt == "bf16" and not swiglu:
+        return TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True,
+                          source="H200 s25: persistent 1.08-1.11x the 128 x 128 TMA tile at M 8192")
     if fmt == "bf16":
         return TileConfig(128, 128, 64, 8, 4, tma=True, source="H200 sweeps s3 / s21: TMA 0.86-0.95 of cuBLAS")
     if swiglu:
@@ -233,12 +239,11 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
     "persistent": {
         False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, persistent=True, source="$MODELD_GEMM_VARIANT=persistent")},
-    # the persistent tile on the plain shapes only, SwiGLU (None) keeps its tuned tile: session 25 on the H200
-    # (bench/gemm_variants.py, M 8192) the persistent tile ran the plain 27B shapes 1.08-1.11x faster than the tuned
-    # one but gate+up SwiGLU 0.83x (KNOWLEDGE/findings/gemm-variants-measured-h200-s25.md)
-    "persistent-plain": {
-        False: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True,
-                          source="$MODELD_GEMM_VARIANT=persistent-plain"),
+    # the plain shapes' tile before session 25 (one program per 128 x 128 tile), SwiGLU (None) keeping its tuned
+    # tile: the A/B against today's persistent default (KNOWLEDGE/findings/gemm-variants-measured-h200-s25.md, where
+    # the same pair ran as "persistent-plain" against the then default)
+    "tma-plain": {
+        False: TileConfig(128, 128, 64, 8, 4, tma=True, source="$MODELD_GEMM_VARIANT=tma-plain"),
         True: None},
     # the Gluon kernel with our own producer warp and barriers (linear/gemm_ws_gluon.py): one program per tile, or
     # persistent (one per SM, each tile's epilogue overlapping the producer's loads of the next). Offline sm_90:

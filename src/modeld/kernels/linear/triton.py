@@ -309,8 +309,8 @@ def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int) -> TileConfig:
     """`configs.pick`'s tile for this call; a TMA or swapped tile falls back to pointer loads unswapped when x or the
     weight lacks the 16-byte alignment descriptors need (an explicit config is never altered)."""
     cfg = pick(sm, fmt, swiglu, x.shape[0], n, x.shape[1], interpreting())
-    if (cfg.tma or cfg.swap_ab) and not _tma_aligned(x, w):
-        return dataclasses.replace(cfg, tma=False, swap_ab=False)
+    if (cfg.tma or cfg.swap_ab) and not _tma_aligned(x, w):  # the flags of the descriptor kernels go too
+        return dataclasses.replace(cfg, tma=False, swap_ab=False, persistent=False, gluon_ws=False, pingpong=False)
     return cfg
 
 
