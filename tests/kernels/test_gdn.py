@@ -60,6 +60,7 @@ def test_gpu_prefill(case, gen, device):
 def test_gpu_prefill_ieee_dots(gen, device, monkeypatch):
     """With exact fp32 dots the chunked prefill meets the plain fp32 row for the state."""
     monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")  # the v2 passes' own default is fp16 since session 25
     *args, state = gdn_inputs(500, 16, 48, 128, 128, gen, device, decode=False)
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))
@@ -336,6 +337,7 @@ def test_gpu_prefill_v2_ieee_dots(gen, device, monkeypatch):
     """v2 with exact fp32 dots meets the plain fp32 row for the state at 27B heads."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")  # the v2 passes' own default is fp16 since session 25
     *args, state = gdn_inputs(500, 16, 48, 128, 128, gen, device, decode=False, slow_decay=True)
     s_ref, s_tt = state.clone(), state.clone()
     assert_close(tt.gdn_prefill(*args, s_tt), ref.gdn_prefill(*args, s_ref))

@@ -772,3 +772,18 @@ def test_gpu_gemv_v2_random_shapes(fmt, gen, device, poisoned_outputs, gemv_call
                                                                      if fmt != "int4g128" else 0)
         _check(1, n, k, fmt, bool(n % 2), gen, device)
     assert gemv_calls == [fmt[:4]] * 10
+
+
+def test_persistent_default_tile_steps_down_for_an_fp32_output(monkeypatch):
+    """The persistent 128 x 256 plain tile with an fp32 output would need 272 KB of shared memory (OutOfResources on
+    the H200, session 25): `_default_tile` gives such calls the 128 x 128 TMA tile; bf16 outputs keep the persistent
+    one; SwiGLU's tuned tile is untouched."""
+    monkeypatch.setattr(tt, "interpreting", lambda: False)
+    x, w = torch.randn(8192, 64).bfloat16(), torch.randn(5120, 64).bfloat16()
+    bf16 = tt._default_tile(90, "bf16", False, x, w, 5120, torch.bfloat16)
+    fp32 = tt._default_tile(90, "bf16", False, x, w, 5120, torch.float32)
+    assert bf16.persistent and bf16.block_n == 256
+    assert not fp32.persistent and fp32.tma and (fp32.block_m, fp32.block_n, fp32.num_stages) == (128, 128, 4)
+    gate_up = torch.randn(2 * 5120, 64).bfloat16()
+    assert tt._default_tile(90, "bf16", True, x, gate_up, 5120, torch.float32) == \
+        tt._default_tile(90, "bf16", True, x, gate_up, 5120, torch.bfloat16)

@@ -305,10 +305,15 @@ def _tma_aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
 
 
-def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int) -> TileConfig:
+def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int, out_dtype: torch.dtype) -> TileConfig:
     """`configs.pick`'s tile for this call; a TMA or swapped tile falls back to pointer loads unswapped when x or the
-    weight lacks the 16-byte alignment descriptors need (an explicit config is never altered)."""
+    weight lacks the 16-byte alignment descriptors need (an explicit config is never altered). The persistent
+    128 x 256 tile with an fp32 output needs 272 KB of shared memory (the epilogue's tile beside the 3 stages; the
+    H200 gives 227): such calls take the 128 x 128 TMA tile (H200 session 25, the w8a8 quality test's fp32 path)."""
     cfg = pick(sm, fmt, swiglu, x.shape[0], n, x.shape[1], interpreting())
+    if cfg.persistent and not cfg.gluon_ws and out_dtype == torch.float32 and cfg.block_n > 128:
+        cfg = dataclasses.replace(cfg, block_n=128, num_stages=4, persistent=False,
+                                  source=f"{cfg.source}; fp32 output: 128 x 128 tile")
     if (cfg.tma or cfg.swap_ab) and not _tma_aligned(x, w):  # the flags of the descriptor kernels go too
         return dataclasses.replace(cfg, tma=False, swap_ab=False, persistent=False, gluon_ws=False, pingpong=False)
     return cfg
@@ -340,7 +345,7 @@ def _launch(x, w, ws, wm, fmt: int, swiglu: bool, out_dtype: torch.dtype, group:
                 _dequant._launch_int4(w, ws, wm, wb)
             else:
                 _dequant._launch_fp8(w, wb)
-            cfg = _default_tile(sm, "bf16", swiglu, x, wb, n)
+            cfg = _default_tile(sm, "bf16", swiglu, x, wb, n, out_dtype)
             return _launch(x, wb, ws if fmt == FMT_FP8 else None, None, FMT_FP8 if fmt == FMT_FP8 else FMT_BF16,
                            swiglu, out_dtype, 0, cfg)
     y = torch.empty((m, n), dtype=out_dtype, device=device)
@@ -399,7 +404,7 @@ def _route(x, w, ws, wm, fmt: int, swiglu: bool, group: int, config: TileConfig 
         kernel = {FMT_INT4: _gemv_int4_kernel, FMT_FP8: _gemv_fp8_kernel, FMT_BF16: _gemv_bf16_kernel}[fmt]
         return _gemv.launch_gemv(_FMT_NAMES[fmt], x, w, ws, wm, y, swiglu, group, gcfg, kernel=kernel,
                                  finish=_gemv_finish_kernel)
-    cfg = config or _default_tile(sm, _FMT_NAMES[fmt], swiglu, x, w, n)
+    cfg = config or _default_tile(sm, _FMT_NAMES[fmt], swiglu, x, w, n, y.dtype)
     if cfg.swap_ab and fmt == FMT_INT4:
         return _launch_swap_int4(x, w, ws, wm, y, swiglu, group, n, cfg)
     if cfg.tma:
