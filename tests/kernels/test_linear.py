@@ -264,7 +264,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from bench.feasibility import cuobjdump_sass, ptxas_sm90
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemm_ws_gluon as G
-for name, kernel in (("gluon-ws", G._gemm_ws_kernel), ("gluon-pingpong", G._gemm_pingpong_kernel)):
+for name in ("gluon-ws", "gluon-pingpong"):
   for swiglu, tile in sorted(configs.GEMM_VARIANT_TILES[name].items()):
     for fmt in (0, 1):  # one kernel for both grids (one program per tile / persistent): NPROG is an argument
         cfg = G.epilogue_tile(tile, fmt)
@@ -273,8 +273,9 @@ for name, kernel in (("gluon-ws", G._gemm_ws_kernel), ("gluon-pingpong", G._gemm
                "M": "i32", "N": "i32", "K": "i32", "stride_ym": "i32", "up_offset": "i32", "NPROG": "i32",
                "FORMAT": "constexpr",
                "SWIGLU": "constexpr", "S": "constexpr", "GROUP_M": "constexpr", "num_warps": "constexpr"}
-        src = GluonASTSource(kernel, sig, constexprs={"FORMAT": fmt, "SWIGLU": swiglu, "S": cfg.num_stages,
-                             "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps})
+        sig["PINGPONG"] = "constexpr"
+        src = GluonASTSource(G._gemm_ws_kernel, sig, constexprs={"FORMAT": fmt, "SWIGLU": swiglu, "S": cfg.num_stages,
+                             "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps, "PINGPONG": cfg.pingpong})
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                            options={"num_warps": cfg.num_warps, "maxnreg": G.MAXNREG})
         ptx = k.asm["ptx"]

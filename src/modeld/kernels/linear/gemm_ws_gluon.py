@@ -183,9 +183,12 @@ def _epilogue(g, u, ws_ptr, y_ptr, off_m, off_n, M, N, stride_ym, up_offset, FOR
 @gluon.jit
 def _gemm_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
                     FORMAT: gl.constexpr, SWIGLU: gl.constexpr, S: gl.constexpr, GROUP_M: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    num_warps: gl.constexpr, PINGPONG: gl.constexpr = False):
     # NPROG programs walk the output tiles pid, pid + NPROG, ... (NPROG = the tile count: one tile each; = the SM
-    # count: persistent, each tile's epilogue overlapping the producer's loads for the next)
+    # count: persistent, each tile's epilogue overlapping the producer's loads for the next).
+    # PINGPONG (persistent): two consumer warpgroups of num_warps (4) each take alternate tiles of the program's walk
+    # over the one ring, filled in walk order, so one's epilogue runs while the other's wgmma run (the producer
+    # reaches the odd tile's stages as the even tile's last K steps are consumed); the tile is one warpgroup's.
     BM: gl.constexpr = x_desc.block_type.shape[0]
     BK: gl.constexpr = x_desc.block_type.shape[1]
     BN: gl.constexpr = w_desc.block_type.shape[0]
@@ -200,48 +203,23 @@ def _gemm_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset
         mbarrier.init(ready.index(i), count=1)
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
-                     FORMAT, SWIGLU, GROUP_M, num_warps)),
-        (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
-                     GROUP_M)),
-    ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(S):
-        mbarrier.invalidate(empty.index(i))
-        mbarrier.invalidate(ready.index(i))
-    for i in gl.static_range(2):
-        mbarrier.invalidate(turn.index(i))
-
-
-@gluon.jit
-def _gemm_pingpong_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
-                          FORMAT: gl.constexpr, SWIGLU: gl.constexpr, S: gl.constexpr, GROUP_M: gl.constexpr,
-                          num_warps: gl.constexpr):
-    # ping-pong (persistent): two consumer warpgroups of num_warps (4) each take alternate tiles of the program's
-    # walk over one ring filled in walk order, so one's epilogue runs while the other's wgmma run (the producer
-    # reaches the odd tile's stages as the even tile's last K steps are consumed). The tile is one warpgroup's.
-    BM: gl.constexpr = x_desc.block_type.shape[0]
-    BK: gl.constexpr = x_desc.block_type.shape[1]
-    BN: gl.constexpr = w_desc.block_type.shape[0]
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [S, BM, BK], x_desc.layout)
-    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [S, BN, BK], w_desc.layout)
-    u_bufs = gl.allocate_shared_memory(w_desc.dtype, [S if SWIGLU else 1, BN, BK], w_desc.layout)
-    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong only
-    for i in gl.static_range(S):
-        mbarrier.init(empty.index(i), count=1)
-        mbarrier.init(ready.index(i), count=1)
-    for i in gl.static_range(2):
-        mbarrier.init(turn.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
-                     FORMAT, SWIGLU, GROUP_M, num_warps, 0, 2)),
-        (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset, NPROG,
-                     FORMAT, SWIGLU, GROUP_M, num_warps, 1, 2)),
-        (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
-                     GROUP_M)),
-    ], [num_warps, 1], [PINGPONG_CONSUMER_REGS, PRODUCER_REGS])
+    # (argument tuples written out: a tuple held in a variable loses its constexpr members in Gluon 3.6)
+    if PINGPONG:
+        gl.warp_specialize([
+            (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                         NPROG, FORMAT, SWIGLU, GROUP_M, num_warps, 0, 2)),
+            (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                         NPROG, FORMAT, SWIGLU, GROUP_M, num_warps, 1, 2)),
+            (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
+                         GROUP_M)),
+        ], [num_warps, 1], [PINGPONG_CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (x_bufs, w_bufs, u_bufs, empty, ready, turn, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                         NPROG, FORMAT, SWIGLU, GROUP_M, num_warps)),
+            (_producer, (x_desc, w_desc, x_bufs, w_bufs, u_bufs, empty, ready, M, N, K, up_offset, NPROG, SWIGLU,
+                         GROUP_M)),
+        ], [1], [PRODUCER_REGS])
     for i in gl.static_range(S):
         mbarrier.invalidate(empty.index(i))
         mbarrier.invalidate(ready.index(i))
@@ -287,7 +265,8 @@ def launch(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor | None, y: torch.T
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k], shared_layout([cfg.block_n, cfg.block_k]))
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     programs = min(tiles, sm_count) if cfg.persistent else tiles
-    (kernel or (_gemm_pingpong_kernel if cfg.pingpong else _gemm_ws_kernel))[(programs,)](
+    (kernel or _gemm_ws_kernel)[(programs,)](
         x_desc, w_desc, ws if ws is not None else y, y, m, n, k, y.stride(0), n, programs,
-        FORMAT=fmt, SWIGLU=swiglu, S=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, maxnreg=MAXNREG)
+        FORMAT=fmt, SWIGLU=swiglu, S=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps,
+        PINGPONG=cfg.pingpong, maxnreg=MAXNREG)
     return y

@@ -63,7 +63,7 @@ from modeld.kernels.linear.gemv import (_gemv_bf16_kernel, _gemv_finish_kernel, 
                                         _gemv_int4_kernel)
 from modeld.kernels.linear.gemv_hmma import _gemv_int4_hmma_kernel  # launch
 from modeld.kernels.linear.gemv_fp8_batch import _gemv_fp8_batch_kernel  # launch
-from modeld.kernels.linear.gemm_ws_gluon import _gemm_pingpong_kernel, _gemm_ws_kernel  # launch (Gluon)
+from modeld.kernels.linear.gemm_ws_gluon import _gemm_ws_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_fp8_ring import _gemv_fp8_ring_kernel  # launch (Gluon)
 from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _gemv_int4_hmma_batch_kernel  # launch
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
@@ -224,8 +224,7 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     if cfg.gluon_ws:
         if fmt not in (FMT_BF16, FMT_FP8) or w.dtype != torch.bfloat16 or not _gemm_ws_gluon.usable(x, w, y):
             raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
-        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, _sm_count(x.device),
-                                     kernel=_gemm_pingpong_kernel if cfg.pingpong else _gemm_ws_kernel)
+        return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, _sm_count(x.device), kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
