@@ -390,8 +390,9 @@ def bench_logits(m, v, d, reps, gen):
 
 
 # ----------------------------------------------------------------------------- sweeps
-SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "prefill-loops", "suffix", "gemm",
-                          "gemm-more", "sweep-gemv", "sweep-attention", "sweep-suffix", "sweep-suffix-gemm",
+SECTIONS = DRY_SECTIONS + ("skinny", "logits", "decode", "decode-fixed", "prefill", "prefill-loops", "prefill-gluon",
+                          "suffix", "gemm", "gemm-more", "sweep-gemv", "sweep-attention", "sweep-suffix",
+                          "sweep-suffix-gemm",
                           "sweep-mid-swap", "sweep-gemm")
 
 
@@ -515,6 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         for t, start in ((2048, 0), (8192, 0), (2048, 30720)):
             for loop in CAUSAL_LOOPS:
                 A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, loop=loop)
+    if "prefill-gluon" in sections:  # the Gluon warp-specialized prefill beside the Triton one, incl. a 32k's last
+        for t, start in ((2048, 0), (8192, 0), (8192, 24576)):  # piece
+            for variant in ("flash", "gluon"):
+                A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, variant=variant)
     if "suffix" in sections or "sweep-suffix" in sections:
         A.suffix_section(reps, gen, sweep="sweep-suffix" in sections)
     if "gemm" in sections:

@@ -4,7 +4,9 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # only this session's new GPU tests (Gluon GEMM, ws / persistent, quantized head)
+#   tools/device_checks.sh tests-new # only this session's new GPU tests (Gluon prefill attention, s25's four failures)
+#   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min);
+#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon tools/device_checks.sh ttft
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
@@ -26,7 +28,7 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-usage="tests|tests-new|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
+usage="tests|tests-new|attn-gluon|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
 # tail still waiting for its end prints nothing (session 24 lost two calls' output that way; the tool keeps the
@@ -47,10 +49,19 @@ case "$step" in
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # session 24's new / changed GPU tests, ~2 min: run these first, the whole suite before any default flips
-    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_linear.py \
-      tests/kernels/test_logits.py -k "gluon or persistent or warp_specialized or 27b_vocab" \
+    # this session's new / changed GPU tests (session 25: the Gluon prefill attention, the four the s25 suite failed
+    # at dfba32c); run these first, the whole suite before any default flips
+    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
+      tests/kernels/test_gdn.py tests/kernels/test_linear_w8a8.py -k "gluon or ieee_dots or quality_vs_bf16" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
+    ;;
+  attn-gluon)
+    # the Gluon warp-specialized prefill attention (never run on a GPU before session 26): its GPU test (a child under
+    # a 300 s watchdog), kernel rows beside the Triton kernel, then the cold 32k with it
+    timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py 2>&1 \
+      | grep --line-buffered -E " passed| failed|error|Error"
+    timeout 150 python3 bench/kernels.py --out "$OUT/$step/k" --sections prefill-gluon --no-recurrent 2>&1 \
+      | grep --line-buffered -E "attention prefill"
     ;;
   kernels)
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
@@ -82,8 +93,8 @@ case "$step" in
     # cold 32k A/B in one process ($TTFT_AB: --cold-ab's list, variants split on ',', '+' joins switches, ':' inside a
     # value; a GEMM variant only after `gemm-variants` shows it finishing: Triton's ws tile hangs). Session 25 (one
     # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
-    # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the defaults (cold 32k 0.918x, every
-    # certification gate PASS); the default A/B is the session-24 defaults beside them
+    # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the
+    # defaults (cold 32k 0.918x, every certification gate PASS); the default A/B is the session-24 defaults beside them
     # (findings/qwen3_5-27b-recertification-s25-h200.md)
     ab=${TTFT_AB:-MODELD_GEMM_VARIANT=tma-plain+MODELD_GDN_PASS_PRECISION=tf32}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \

@@ -1,0 +1,114 @@
+"""The Gluon warp-specialized prefill attention ($MODELD_ATTN_PREFILL=gluon, attention/prefill_gluon.py). Gluon does
+not run in the CPU interpreter: on the CPU it is compiled offline for sm_90 and its switch must refuse the
+interpreter before touching the cache; on the GPU it runs against the reference in a child under a watchdog (a
+barrier bug would hang: KNOWLEDGE/pitfalls/gemm-warp-specialized-never-finished-h200.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from modeld.kernels._testing import assert_close, interpreting, pytest_in_child
+from modeld.kernels.attention import reference as ref
+from modeld.kernels.attention import triton as tt
+from modeld.kernels.errors import KernelValueError
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD_FLAG = "MODELD_TEST_ATTN_GLUON_CHILD"
+
+
+def _rand(shape, device, seed):
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return torch.randn(*shape, generator=g, device=device).bfloat16()
+
+
+def test_gluon_switch_refuses_the_interpreter_before_touching_the_cache(device, monkeypatch):
+    if not interpreting() and torch.cuda.is_available():
+        pytest.skip("the GPU runs the kernel (test_gpu_gluon_prefill)")
+    monkeypatch.setenv(tt.PREFILL_ENV, "gluon")
+    q, k = _rand((3, 4, 64), device, 0), _rand((3, 2, 64), device, 1)
+    kc = torch.zeros(8, 2, 64, dtype=torch.bfloat16, device=device)
+    with pytest.raises(KernelValueError, match="MODELD_ATTN_PREFILL=gluon"):
+        tt.attention_prefill(q, k, k, kc, kc.clone(), 0, 0.125)
+    assert int(kc.count_nonzero()) == 0
+
+
+def test_gluon_prefill_compiles_for_sm90_offline():
+    """Offline sm_90: wgmma (HGMMA) for Q Kᵀ and P V, TMA loads of Q / K / V (UTMALDG), the consumers at 240 registers
+    beside the producer's 24, shared memory within an SM's 227 KB; no spill but the gated epilogue at head_dim 256
+    (the gate's and output's per-element addresses beside the accumulator, once per block: ≤ 2 KB)."""
+    code = r'''
+import re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from bench.feasibility import cuobjdump_sass, ptxas_sm90
+from modeld.kernels.attention import prefill_gluon as A
+for dh in (256, 64):
+    for gate in (True, False):
+        desc = lambda rows: f"tensordesc<bf16[{rows}, {dh}],{A.shared_layout([rows, dh])!r}>"
+        sig = {"q_desc": desc(A.BLOCK_M // 2), "k_desc": desc(A.BLOCK_N), "v_desc": desc(A.BLOCK_N),
+               "g_ptr": "*bf16", "o_ptr": "*bf16", "T": "i32", "start": "i32", "qk_scale": "fp32",
+               "stride_qh": "i32", "stride_ch": "i32", "stride_gt": "i32", "stride_gh": "i32", "stride_ot": "i32",
+               "stride_oh": "i32", "GQA": "constexpr", "HAS_GATE": "constexpr", "S": "constexpr",
+               "num_warps": "constexpr"}
+        src = GluonASTSource(A._prefill_gluon_kernel, sig,
+                             constexprs={"GQA": 6, "HAS_GATE": gate, "S": A.STAGES, "num_warps": 4})
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": A.MAXNREG})
+        ptx = k.asm["ptx"]
+        report, obj = ptxas_sm90(ptx, "attn_gluon_test")
+        sass = cuobjdump_sass(obj)
+        spill = sum(map(int, re.findall(r"(\d+) bytes spill", report)))
+        nreg = sorted(set(re.findall(r"setmaxnreg[.](?:inc|dec)[.]sync[.]aligned[.]u32\s+(\d+);", ptx)), key=int)
+        print(f"GA dh={dh} gate={int(gate)} spill={spill} smem={k.metadata.shared} "
+              f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
+              f"setmaxnreg={','.join(nreg)}")
+'''
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GA")]
+    assert len(lines) == 4, r.stdout
+    for f in lines:
+        assert int(f["hgmma"]) >= 8 and int(f["utmaldg"]) >= 4, f
+        regs = [int(x) for x in f["setmaxnreg"].split(",")]
+        assert 24 in regs and 240 in regs and max(regs) <= 256, f
+        assert 0 < int(f["smem"]) <= 232448, f
+        assert int(f["spill"]) == 0 or (f["dh"] == "256" and f["gate"] == "1" and int(f["spill"]) <= 2048), f
+
+
+# (T, start, HQ, HKV, Dh, S, gated): a partial last block, blocks with prior cache rows (start > 0: a later prefill
+# piece), qwen3_5's heads (24 / 4 / 256) and SmolLM2's (9 / 3 / 64), one token
+GPU_CASES = [(777, 0, 24, 4, 256, 1024, True), (300, 1000, 24, 4, 256, 1400, True), (1, 0, 24, 4, 256, 16, True),
+             (2048, 4096, 24, 4, 256, 6144, False), (500, 37, 9, 3, 64, 600, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get(CHILD_FLAG) != "1", reason="runs in test_gpu_gluon_prefill's child")
+@pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", GPU_CASES)
+def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, device, monkeypatch):
+    monkeypatch.setenv(tt.PREFILL_ENV, "gluon")
+    qg = _rand((t, hq, 2 * dh), device, 1)  # q and gate as head-strided halves of one projection, as qwen3_5's
+    q, gate = qg[..., :dh], (qg[..., dh:] if gated else None)
+    k, v = _rand((t, hkv, dh), device, 2), _rand((t, hkv, dh), device, 3)
+    kc, vc = _rand((s_cap, hkv, dh), device, 4), _rand((s_cap, hkv, dh), device, 5)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    got = tt.attention_prefill(q, k, v, kc, vc, start, dh**-0.5, gate)
+    want = ref.attention_prefill(q, k, v, kc_ref, vc_ref, start, dh**-0.5, gate)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), "cache rows differ"
+    assert_close(got, want, what=f"gluon prefill T={t} start={start}")
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_prefill(device):
+    """The first GPU runs of the Gluon prefill in a child pytest under a watchdog: a timeout is a failure (the
+    barriers are ours)."""
+    status, out = pytest_in_child(f"{__file__}::test_gpu_gluon_prefill_child", CHILD_FLAG, 300)
+    assert status == "passed", f"{status}: {out}"
