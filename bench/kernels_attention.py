@@ -17,8 +17,8 @@ from bench._env import env_set
 def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag="", start=0, loop=None, variant="flash"):
     """The one-pass causal prefill of t new tokens after `start` cached ones, with the key loop `loop`
     ($MODELD_ATTN_CAUSAL_LOOP; None: the default) in `variant` ($MODELD_ATTN_PREFILL: "flash" the Triton kernel,
-    "gluon" the warp-specialized one). The SDPA baseline runs only at start 0 (its is_causal is aligned to the top
-    left, so it has no prefix form)."""
+    "gluon" / "gluon-overlap" the warp-specialized ones). The SDPA baseline runs only at start 0 (its is_causal is
+    aligned to the top left, so it has no prefix form)."""
     from modeld.kernels.attention import triton as att
     q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
     gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
@@ -39,7 +39,7 @@ def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag="", start=0, loop=Non
         b50, _ = K.time_calls(base, 1, reps)
     flops = 4 * hq * dh * t * (start + (t + 1) / 2)
     tf = flops / (p50 * 1e-3) / 1e12
-    kind = "gluon" if variant == "gluon" else f"{used} loop"
+    kind = variant if variant.startswith("gluon") else f"{used} loop"
     K.add_row(f"attention prefill{tag} ({kind})", f"T{t} start{start} Hq{hq} Hkv{hkv} Dh{dh} gated", "TFLOP/s",
               p50, p90, tf, "TFLOP/s", tf / K.CEIL["cublas_TFLOPs"], "cuBLAS 8192^3 rate",
               "torch SDPA causal GQA + gate" if b50 else None, b50, dict(att.prefill_config(dh, False).__dict__))

@@ -6,7 +6,7 @@
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh tests-new # only this session's new GPU tests (Gluon prefill attention, s25's four failures)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min);
-#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon tools/device_checks.sh ttft
+#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-overlap ... ttft
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests

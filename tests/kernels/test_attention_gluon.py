@@ -40,7 +40,8 @@ def test_gluon_switch_refuses_the_interpreter_before_touching_the_cache(device, 
 
 
 def test_gluon_prefill_compiles_for_sm90_offline():
-    """Offline sm_90: wgmma (HGMMA) for Q Kᵀ and P V, TMA loads of Q / K / V (UTMALDG), the consumers at 240 registers
+    """Offline sm_90, both forms (OVERLAP: each next Q Kᵀ issued before the current softmax): wgmma (HGMMA) for
+    Q Kᵀ and P V, TMA loads of Q / K / V (UTMALDG), the consumers at 240 registers
     beside the producer's 24, shared memory within an SM's 227 KB; no spill but the gated epilogue at head_dim 256
     (the gate's and output's per-element addresses beside the accumulator, once per block: ≤ 2 KB)."""
     code = r'''
@@ -51,22 +52,24 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from bench.feasibility import cuobjdump_sass, ptxas_sm90
 from modeld.kernels.attention import prefill_gluon as A
 for dh in (256, 64):
+  for overlap in (False, True):
     for gate in (True, False):
         desc = lambda rows: f"tensordesc<bf16[{rows}, {dh}],{A.shared_layout([rows, dh])!r}>"
         sig = {"q_desc": desc(A.BLOCK_M // 2), "k_desc": desc(A.BLOCK_N), "v_desc": desc(A.BLOCK_N),
                "g_ptr": "*bf16", "o_ptr": "*bf16", "T": "i32", "start": "i32", "qk_scale": "fp32",
                "stride_qh": "i32", "stride_ch": "i32", "stride_gt": "i32", "stride_gh": "i32", "stride_ot": "i32",
                "stride_oh": "i32", "GQA": "constexpr", "HAS_GATE": "constexpr", "S": "constexpr",
-               "num_warps": "constexpr"}
+               "OVERLAP": "constexpr", "num_warps": "constexpr"}
         src = GluonASTSource(A._prefill_gluon_kernel, sig,
-                             constexprs={"GQA": 6, "HAS_GATE": gate, "S": A.STAGES, "num_warps": 4})
+                             constexprs={"GQA": 6, "HAS_GATE": gate, "S": A.STAGES, "OVERLAP": overlap,
+                                         "num_warps": 4})
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": A.MAXNREG})
         ptx = k.asm["ptx"]
         report, obj = ptxas_sm90(ptx, "attn_gluon_test")
         sass = cuobjdump_sass(obj)
         spill = sum(map(int, re.findall(r"(\d+) bytes spill", report)))
         nreg = sorted(set(re.findall(r"setmaxnreg[.](?:inc|dec)[.]sync[.]aligned[.]u32\s+(\d+);", ptx)), key=int)
-        print(f"GA dh={dh} gate={int(gate)} spill={spill} smem={k.metadata.shared} "
+        print(f"GA dh={dh} overlap={int(overlap)} gate={int(gate)} spill={spill} smem={k.metadata.shared} "
               f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
               f"setmaxnreg={','.join(nreg)}")
 '''
@@ -75,9 +78,10 @@ for dh in (256, 64):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GA")]
-    assert len(lines) == 4, r.stdout
+    assert len(lines) == 8, r.stdout
     for f in lines:
-        assert int(f["hgmma"]) >= 8 and int(f["utmaldg"]) >= 4, f
+        # overlap: the next tile's Q Kᵀ is a second wgmma site in the loop (twice the HGMMA sites)
+        assert int(f["hgmma"]) >= (16 if f["overlap"] == "1" else 8) and int(f["utmaldg"]) >= 4, f
         regs = [int(x) for x in f["setmaxnreg"].split(",")]
         assert 24 in regs and 240 in regs and max(regs) <= 256, f
         assert 0 < int(f["smem"]) <= 232448, f
@@ -93,8 +97,9 @@ GPU_CASES = [(777, 0, 24, 4, 256, 1024, True), (300, 1000, 24, 4, 256, 1400, Tru
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get(CHILD_FLAG) != "1", reason="runs in test_gpu_gluon_prefill's child")
 @pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", GPU_CASES)
-def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, device, monkeypatch):
-    monkeypatch.setenv(tt.PREFILL_ENV, "gluon")
+@pytest.mark.parametrize("variant", ["gluon", "gluon-overlap"])
+def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, variant, device, monkeypatch):
+    monkeypatch.setenv(tt.PREFILL_ENV, variant)
     qg = _rand((t, hq, 2 * dh), device, 1)  # q and gate as head-strided halves of one projection, as qwen3_5's
     q, gate = qg[..., :dh], (qg[..., dh:] if gated else None)
     k, v = _rand((t, hkv, dh), device, 2), _rand((t, hkv, dh), device, 3)
@@ -103,7 +108,7 @@ def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, device, mo
     got = tt.attention_prefill(q, k, v, kc, vc, start, dh**-0.5, gate)
     want = ref.attention_prefill(q, k, v, kc_ref, vc_ref, start, dh**-0.5, gate)
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), "cache rows differ"
-    assert_close(got, want, what=f"gluon prefill T={t} start={start}")
+    assert_close(got, want, what=f"{variant} prefill T={t} start={start}")
 
 
 @pytest.mark.gpu

@@ -74,9 +74,25 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, re
 
 
 @gluon.jit
+def _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """Key tile i's scores [BM, BN] -> (P in wgmma's register-A layout, the rescale of O in its row layout, the new
+    running max and sum): causal and range mask, online softmax in exp2 units."""
+    BN: gl.constexpr = sc.type.shape[1]
+    keys = i * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, sc.type.layout))
+    visible = (gl.expand_dims(keys, 0) <= gl.expand_dims(q_pos, 1)) & gl.expand_dims(keys < hi, 0)
+    sc = gl.where(visible, sc * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(sc, axis=1))  # key 0 is visible to every row: m_new is finite
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc - gl.expand_dims(m_new, 1))
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+    return p_op, gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1), m_new, l_i
+
+
+@gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
               stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE: gl.constexpr, HALF_ID: gl.constexpr,
-              num_warps: gl.constexpr):
+              OVERLAP: gl.constexpr, num_warps: gl.constexpr):
     S: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     DH: gl.constexpr = k_bufs.type.shape[2]
@@ -92,26 +108,39 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BM, DH], gl.float32, o_layout)
     q = q_smem.index(HALF_ID)
+    n = gl.cdiv(hi, BN)
     mbarrier.wait(q_ready.index(HALF_ID), 0)
-    for i in range(gl.cdiv(hi, BN)):
-        s = i % S
-        mbarrier.wait(ready.index(s), (i // S) & 1)
-        sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
+    if OVERLAP:
+        # Q K_{i+1}ᵀ is issued before tile i's softmax, so the tensor cores work while this warpgroup's CUDA cores
+        # do the softmax (FA3's intra-warpgroup overlap, without carrying P V across iterations)
+        mbarrier.wait(ready.index(0), 0)
+        sc = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
-        keys = i * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-        visible = (gl.expand_dims(keys, 0) <= gl.expand_dims(q_pos, 1)) & gl.expand_dims(keys < hi, 0)
-        sc = gl.where(visible, sc * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, axis=1))  # key 0 is visible to every row: m_new is finite
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc - gl.expand_dims(m_new, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
-        acc = warpgroup_mma(p_op, v_bufs.index(s), acc, is_async=True)
+        for i in range(n - 1):
+            s_next = (i + 1) % S
+            mbarrier.wait(ready.index(s_next), ((i + 1) // S) & 1)
+            sn = warpgroup_mma(q, k_bufs.index(s_next).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
+                               is_async=True)
+            p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout)
+            acc = warpgroup_mma(p_op, v_bufs.index(i % S), acc * alpha, is_async=True)
+            sc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(sn, acc))
+            mbarrier.arrive(empty.index(i % S), count=1)
+        p_op, alpha, m_i, l_i = _softmax_tile(sc, n - 1, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout)
+        acc = warpgroup_mma(p_op, v_bufs.index((n - 1) % S), acc * alpha, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
-        m_i = m_new
+        mbarrier.arrive(empty.index((n - 1) % S), count=1)
+    else:
+        for i in range(n):
+            s = i % S
+            mbarrier.wait(ready.index(s), (i // S) & 1)
+            sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
+                               is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
+            p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout)
+            acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
     out = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
     orows = row0 + HALF_ID * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
     d = gl.arange(0, DH, layout=gl.SliceLayout(0, o_layout))
@@ -127,7 +156,8 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
 @gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_scale, stride_qh, stride_ch,
                           stride_gt, stride_gh, stride_ot, stride_oh,
-                          GQA: gl.constexpr, HAS_GATE: gl.constexpr, S: gl.constexpr, num_warps: gl.constexpr):
+                          GQA: gl.constexpr, HAS_GATE: gl.constexpr, S: gl.constexpr, OVERLAP: gl.constexpr,
+                          num_warps: gl.constexpr):
     HALF: gl.constexpr = q_desc.block_type.shape[0]
     DH: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -148,9 +178,9 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_sca
         mbarrier.init(ready.index(i), count=1)
     gl.warp_specialize([
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, num_warps)),
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, num_warps)),
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, num_warps)),
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, num_warps)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, ready, row0, h * stride_qh,
                      (h // GQA) * stride_ch, hi)),
     ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -167,10 +197,11 @@ def shared_layout(block: list[int]):
 
 
 def launch(q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           o: torch.Tensor, start: int, qk_scale: float, kernel=None) -> torch.Tensor:
+           o: torch.Tensor, start: int, qk_scale: float, overlap: bool = False, kernel=None) -> torch.Tensor:
     """o [T, HQ, Dh] <- causal attention of q [T, HQ, Dh] (positions start..start+T-1) over cache rows
-    0..start+T-1 (already written), times sigmoid(gate) when given; qk_scale in log2 units. Inputs were checked by
-    `attention_prefill` and `usable`. MUTATES o."""
+    0..start+T-1 (already written), times sigmoid(gate) when given; qk_scale in log2 units; `overlap`: issue each
+    next Q Kᵀ before the current tile's softmax. Inputs were checked by `attention_prefill` and `usable`.
+    MUTATES o."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     t, hq, dh = q.shape
@@ -186,5 +217,6 @@ def launch(q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor, v_
     g = gate if gate is not None else q
     (kernel or _prefill_gluon_kernel)[(triton.cdiv(t, BLOCK_M), hq)](
         q_desc, k_desc, v_desc, g, o, t, start, qk_scale, q.stride(1), k_cache.stride(1), g.stride(0), g.stride(1),
-        o.stride(0), o.stride(1), GQA=hq // hkv, HAS_GATE=gate is not None, S=STAGES, num_warps=4, maxnreg=MAXNREG)
+        o.stride(0), o.stride(1), GQA=hq // hkv, HAS_GATE=gate is not None, S=STAGES, OVERLAP=overlap, num_warps=4,
+        maxnreg=MAXNREG)
     return o
