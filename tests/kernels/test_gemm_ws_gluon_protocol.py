@@ -3,7 +3,8 @@ interpreter): its producer and consumer, restated step for step as Python genera
 PTX's phase-parity semantics, interleaved in random orders. Checks: no deadlock; the consumer reads every stage only
 after the producer's copy for that very (tile, K step) landed; the producer never overwrites a stage whose wgmma
 may still read it; every program walks the tiles pid, pid + NPROG, ... . A change to the kernel's ring positions,
-parities or releases must be mirrored here (the restatement is the spec of the handshake)."""
+parities or releases must be mirrored here (the restatement is the spec of the handshake). The same for the K / V
+ring of attention/prefill_gluon.py (two consumers of every stage: `empty` counts 2)."""
 
 from __future__ import annotations
 
@@ -150,5 +151,93 @@ def test_the_simulation_catches_a_broken_pingpong_pair(mutation):
             _run(gens, random.Random(seed), "mutated ping-pong")
         except AssertionError as e:
             assert "reads stage" in str(e) or "deadlock" in str(e)
+            failures += 1
+    assert failures > 0
+
+
+class CountedBarrier(MBarrier):
+    """An mbarrier initialised with count `count`: a phase completes after that many arrivals."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.count, self.pending = count, count
+
+    def arrive(self):
+        self.pending -= 1
+        if self.pending == 0:
+            self.pending = self.count
+            self.complete()
+
+
+def attention_producer(n, S, empty, ready, ring, log):
+    """attention/prefill_gluon._producer's K / V ring: tile i into stage i % S."""
+    for i in range(n):
+        s = i % S
+        while not empty[s].passes(((i // S) & 1) ^ 1):
+            yield "wait empty"
+        assert not ring[s]["readers"], f"producer overwrites stage {s} while consumers {ring[s]['readers']} read it"
+        ring[s]["data"] = i
+        yield "copy issued"
+        ready[s].complete()
+        log.append(("load", i))
+
+
+def attention_consumer(c, n, S, empty, ready, ring, log, overlap):
+    """attention/prefill_gluon._consumer: every tile of the block in order; with `overlap` the next tile's stage is
+    acquired (its Q Kᵀ issued) before the current one is released, so a consumer holds two stages at once."""
+    def acquire(i):
+        s = i % S
+        while not ready[s].passes((i // S) & 1):
+            yield "wait ready"
+        assert ring[s]["data"] == i, f"consumer {c} reads stage {s} = {ring[s]['data']}, wants tile {i}"
+        ring[s]["readers"].add(c)
+
+    def release(i):
+        ring[i % S]["readers"].discard(c)
+        empty[i % S].arrive()
+
+    yield from acquire(0)
+    for i in range(n):
+        if overlap and i + 1 < n:
+            yield from acquire(i + 1)
+        yield "softmax and P V"
+        release(i)
+        log.append((c, i))
+        if not overlap and i + 1 < n:
+            yield from acquire(i + 1)
+
+
+@pytest.mark.parametrize("S", [2, 3])
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_ring_two_consumers_of_every_stage(S, n, overlap, seed):
+    """attention/prefill_gluon.py's ring: `empty` counts 2 (both consumer warpgroups read every K / V stage); no
+    deadlock, no overwrite while either still reads, each consumer sees tiles 0..n-1 in order, with and without the
+    overlap form's two stages held at once."""
+    empty, ready = [CountedBarrier(2) for _ in range(S)], [MBarrier() for _ in range(S)]
+    ring = [{"data": None, "readers": set()} for _ in range(S)]
+    log: list = []
+    gens = [attention_producer(n, S, empty, ready, ring, log)]
+    gens += [attention_consumer(c, n, S, empty, ready, ring, log, overlap) for c in range(2)]
+    _run(gens, random.Random(seed * 100 + S * 10 + n), f"attention S {S} n {n} overlap {overlap}")
+    for c in range(2):
+        assert [e[1] for e in log if e[0] == c] == list(range(n))
+
+
+def test_the_attention_simulation_catches_an_empty_count_of_one():
+    """With `empty` counting 1 (a single consumer's release freeing the stage) the producer overwrites a stage the
+    other consumer still reads."""
+    S, n = 2, 6
+    failures = 0
+    for seed in range(6):
+        empty, ready = [CountedBarrier(1) for _ in range(S)], [MBarrier() for _ in range(S)]
+        ring = [{"data": None, "readers": set()} for _ in range(S)]
+        gens = [attention_producer(n, S, empty, ready, ring, [])]
+        gens += [attention_consumer(c, n, S, empty, ready, ring, [], False) for c in range(2)]
+        try:
+            _run(gens, random.Random(seed), "count-1 attention ring")
+        except AssertionError as e:
+            assert "overwrites" in str(e) or "reads stage" in str(e) or "deadlock" in str(e)
             failures += 1
     assert failures > 0
