@@ -29,9 +29,11 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
-VARIANTS = ("tuned", "persistent", "tma-plain", "ws", "gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
+from modeld.kernels.linear.configs import GEMM_VARIANT_TILES  # noqa: E402 (light: no Triton, no kernels)
+
+VARIANTS = ("tuned",) + tuple(GEMM_VARIANT_TILES)
 # Gluon kernels do not run in the Triton interpreter: a --dry-run records these as skipped
-NOT_INTERPRETED = ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong")
+NOT_INTERPRETED = tuple(v for v, tiles in GEMM_VARIANT_TILES.items() if any(t and t.gluon_ws for t in tiles.values()))
 CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8192^3 on the H200
 
 

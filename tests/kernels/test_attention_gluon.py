@@ -6,14 +6,12 @@ barrier bug would hang: KNOWLEDGE/pitfalls/gemm-warp-specialized-never-finished-
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, interpreting, pytest_in_child
+from modeld.kernels._testing import assert_close, interpreting, offline_compile_rows, pytest_in_child
 from modeld.kernels.attention import reference as ref
 from modeld.kernels.attention import triton as tt
 from modeld.kernels.errors import KernelValueError
@@ -73,12 +71,8 @@ for dh in (256, 64):
               f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
               f"setmaxnreg={','.join(nreg)}")
 '''
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    env.pop("TRITON_INTERPRET", None)
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GA")]
-    assert len(lines) == 8, r.stdout
+    lines = offline_compile_rows(code, "GA", ROOT)
+    assert len(lines) == 8, lines
     for f in lines:
         # overlap: the next tile's Q Kᵀ is a second wgmma site in the loop (twice the HGMMA sites)
         assert int(f["hgmma"]) >= (16 if f["overlap"] == "1" else 8) and int(f["utmaldg"]) >= 4, f

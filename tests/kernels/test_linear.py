@@ -8,14 +8,13 @@ shapes and random shapes. Outputs come from a poisoned `torch.empty`, so an unwr
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, interpreting, pytest_in_child, tolerance
+from modeld.kernels._testing import assert_close, interpreting, offline_compile_rows, pytest_in_child, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.linear import configs
 from modeld.kernels.linear import gemv as gv
@@ -291,12 +290,8 @@ for name in ("gluon-ws", "gluon-pingpong"):
               f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
               f"setmaxnreg={','.join(nreg)} one_arrive={int(bool(one))} bar256={bar256} bar128={bar128}")
 '''
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    env.pop("TRITON_INTERPRET", None)
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    lines = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith("GWS")]
-    assert len(lines) == 8, r.stdout
+    lines = offline_compile_rows(code, "GWS", ROOT)
+    assert len(lines) == 8, lines
     for f in lines:
         assert int(f["utmaldg"]) >= 2, f
         assert 0 < int(f["smem"]) <= 232448, f

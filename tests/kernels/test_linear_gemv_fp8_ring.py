@@ -9,16 +9,13 @@ with PDL off and on (bit-identical), and an awkward N.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close
+from modeld.kernels._testing import assert_close, offline_compile_rows
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.linear import gemv_fp8_ring as ring
 from modeld.kernels.linear import quant
@@ -102,17 +99,12 @@ for (sm, sw, n, k), cfg in sorted(ring.RING_TUNED.items()):
         print(f"RING sw={int(sw)} n={n} pdl={pdl} regs={regs} spill={spill} tma={ptx.count('cp.async.bulk.tensor')} "
               f"wait={ptx.count('mbarrier.try_wait')} gdc={ptx.count('griddepcontrol')}")
 '''
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    env.pop("TRITON_INTERPRET", None)
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RING")]
-    assert len(lines) == 3 * len(ring.RING_TUNED), r.stdout
-    for line in lines:
-        f = dict(kv.split("=") for kv in line.split()[1:])
-        assert 0 < int(f["regs"]) <= 255 and int(f["spill"]) == 0, line
-        assert int(f["tma"]) >= 1 and int(f["wait"]) >= 1, line
-        assert (int(f["gdc"]) >= 2) == (f["pdl"] != "0"), line  # launch_dependents + wait only with PDL
+    lines = offline_compile_rows(code, "RING", ROOT)
+    assert len(lines) == 3 * len(ring.RING_TUNED), lines
+    for f in lines:
+        assert 0 < int(f["regs"]) <= 255 and int(f["spill"]) == 0, f
+        assert int(f["tma"]) >= 1 and int(f["wait"]) >= 1, f
+        assert (int(f["gdc"]) >= 2) == (f["pdl"] != "0"), f  # launch_dependents + wait only with PDL
 
 
 def _problem(n, k, swiglu, gen, device):

@@ -166,3 +166,14 @@ def pytest_in_child(nodeid: str, flag_env: str, timeout_s: float, flag_value: st
     # a child that skipped (the flag not honoured, no GPU) ran nothing: not a pass
     ran = " passed" in r.stdout and " skipped" not in r.stdout and " deselected" not in r.stdout
     return ("passed" if r.returncode == 0 and ran else "failed"), out
+
+
+def offline_compile_rows(code: str, tag: str, root) -> list[dict[str, str]]:
+    """Run `code` (a script that compiles kernels offline for sm_90 and prints one "TAG key=value ..." line per
+    launch) in a child Python without the Triton interpreter, the repo's src/ and root on its path; returns each
+    tagged line as {key: value}. Asserts the child succeeded (its output in the message otherwise)."""
+    env = {**os.environ, "PYTHONPATH": f"{os.path.join(str(root), 'src')}{os.pathsep}{root}", "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return [dict(kv.split("=") for kv in ln.split()[1:]) for ln in r.stdout.splitlines() if ln.startswith(tag + " ")]

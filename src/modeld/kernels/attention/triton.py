@@ -60,7 +60,8 @@ DECODE_VARIANT = "fused"
 PREFILL_ENV = "MODELD_ATTN_PREFILL"
 # "gluon": the warp-specialized Gluon kernel (attention/prefill_gluon.py; CUDA sm_90, bf16), one pass; "gluon-overlap"
 # the same with each next Q Kᵀ issued before the current tile's softmax
-PREFILL_VARIANTS = ("auto", "flash", "split", "gluon", "gluon-overlap")
+GLUON_PREFILL_VARIANTS = ("gluon", "gluon-overlap")
+PREFILL_VARIANTS = ("auto", "flash", "split") + GLUON_PREFILL_VARIANTS
 # The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
 # "split" = the tiles below the block's first position in a loop without masks, then the diagonal tiles masked
 # (the split of Triton's fused-attention tutorial); "split-lazy" = "split" whose unmasked loop rescales the
@@ -246,14 +247,14 @@ def attention_prefill(
     o = torch.empty((t, hq, dh), dtype=torch.bfloat16, device=device)
     if t == 0:
         return o
-    if variant.startswith("gluon") and (interpreting() or not _prefill_gluon.usable(q, k_cache, v_cache)):
+    if variant in GLUON_PREFILL_VARIANTS and (interpreting() or not _prefill_gluon.usable(q, k_cache, v_cache)):
         raise KernelValueError(f"{PREFILL_ENV}={variant} needs a CUDA sm_90+ device, bf16, head_dim a multiple of "
                                "64 up to 256 and TMA-aligned rows (Gluon kernels do not run in the Triton interpreter)")
     _kv_write_kernel[(t, hkv)](
         k, v, k_cache, v_cache, k_cache, start, s_cap, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         0, k_cache.stride(0), k_cache.stride(1), POS_FROM_PTR=False, HEAD_DIM=dh, num_warps=1)
     g = gate if gate is not None else q
-    if variant.startswith("gluon"):
+    if variant in GLUON_PREFILL_VARIANTS:
         return _prefill_gluon.launch(q, gate, k_cache, v_cache, o, start, scale * _LOG2E,
                                      overlap=variant == "gluon-overlap", kernel=_prefill_gluon_kernel)
     scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device, variant)
@@ -339,7 +340,7 @@ def prefill_split_choice(t: int, hq: int, hkv: int, dh: int, start: int, device:
     rows = t * (hq // hkv)
     cfg = prefill_split_config(dh, rows, interpreting())
     variant = variant or prefill_variant()
-    if variant in ("flash", "gluon", "gluon-overlap"):
+    if variant == "flash" or variant in GLUON_PREFILL_VARIANTS:
         return cfg, 0
     sms = _sm_count(device)
     splits = prefill_split_plan(t, hq // hkv, hkv, start + t, cfg.block_m, cfg.block_n, sms * cfg.waves,
