@@ -8,10 +8,10 @@ Why: prefill attention is ~13 % of a cold 32k (449 ms at head_dim 256, ~470 TFLO
 with one 8-warp CTA at 255 registers and no producer / consumer split. Hopper attention at FA3's rate keeps a
 producer warp on TMA and the consumers' registers for the accumulators (setmaxnreg).
 
-Ring protocol (the GEMM's; simulated in tests/kernels/test_gemm_ws_gluon_protocol.py, both forms): stage i % S; the producer waits `empty`
-with the flipped parity, expects K + V bytes on `ready`, issues both copies; each consumer waits `ready`, uses the
-stage, arrives on `empty` (count 2: both consumers read every stage). Both consumers walk the same key tiles (the
-block's whole causal range; rows past their last visible key mask to -inf), so their ring positions agree.
+Ring protocol (the GEMM's; simulated in tests/kernels/test_gemm_ws_gluon_protocol.py, both forms): stage i % S; the
+producer waits `empty` with the flipped parity, expects K + V bytes on `ready`, issues both copies; each consumer waits
+`ready`, uses the stage, arrives on `empty` (count 2: both consumers read every stage). Both consumers walk the same key
+tiles (the block's whole causal range; rows past their last visible key mask to -inf), so their ring positions agree.
 
 Gluon does not run in the CPU interpreter: CPU tests compile it offline for sm_90 (HGMMA, UTMALDG, setmaxnreg,
 shared memory, spills); `-m gpu` tests run it against the reference under a watchdog.

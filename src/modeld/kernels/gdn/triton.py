@@ -96,15 +96,15 @@ V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687
 # on for an A/B.
 V2_OUTPUT_LOOP: tuple[int, int, int, int] | None = None
 OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
-# The v2 state and output passes' dot precision: V2_PASS_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per
-# call) names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit
-# mantissa at half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
+# The v2 state and output passes' dot precision: V2_PASS_PRECISION unless $MODELD_GDN_PASS_PRECISION (read per call)
+# names one of PASS_PRECISIONS. "fp16" rounds every dot operand of the two passes to fp16 (tf32's 10-bit mantissa at
+# half the bytes and twice the tensor rate) and stores the chunk-start states and the prep's W in fp16
 # (`_chunk_kernels_v2.py`). H200 session 23: v2 prefill 0.64x at T 4096 / 8192, the cold 32k 0.963x, but the
-# certification's bf16 parity gate failed by one flip with it and fp16x3 on together. Session 25: the fp16 passes
-# alone (with the persistent plain GEMM tile) passed every gate, cold 32k 0.918x with both; the default since
-# (findings/qwen3_5-27b-recertification-s25-h200.md). "tf32" (DOT_PRECISION) is the earlier default. The prep keeps DOT_PRECISION / INV_PRECISION: offline sm_90 its block
-# products in fp16 spill 176 B at 4 warps (fp32 and fp16 copies live together) and save only 32 of its 208 HGMMAs
-# (the tf32x3 series dominates).
+# certification's bf16 parity gate failed by one flip with it and fp16x3 on together. Session 25: the fp16 passes alone
+# (with the persistent plain GEMM tile) passed every gate, cold 32k 0.918x with both; the default since
+# (findings/qwen3_5-27b-recertification-s25-h200.md). "tf32" (DOT_PRECISION) is the earlier default. The prep keeps
+# DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16 spill 176 B at 4 warps (fp32 and fp16 copies
+# live together) and save only 32 of its 208 HGMMAs (the tf32x3 series dominates).
 # The state pass with the state held transposed (`_chunk_state_t_kernel`: its register operands become the dots'
 # A operands). Offline sm_90 Triton 3.6 then runs both dots on mma.sync, not wgmma (M = BLOCK_V < 64): (32, 8)
 # 180 registers tf32 / 128 fp16, shared memory 98 / 62 KB, no HGMMA. $MODELD_GDN_STATE_T=1 (read per call)

@@ -257,9 +257,9 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
                           source="$MODELD_GEMM_VARIANT=gluon-ws-persistent"),
         True: TileConfig(128, 128, 64, 8, 4, tma=True, gluon_ws=True, persistent=True,
                          source="$MODELD_GEMM_VARIANT=gluon-ws-persistent")},
-    # ping-pong (gemm_ws_gluon._gemm_ws_kernel with PINGPONG): each consumer warpgroup's own tile, 128 x 128 (plain) / 64 x 128
-    # gate + up (SwiGLU: two accumulators, 128 registers); session 25's persistent Gluon kernel gained nothing because
-    # its consumers ran every epilogue between two main loops
+    # ping-pong (gemm_ws_gluon._gemm_ws_kernel with PINGPONG): each consumer warpgroup's own tile, 128 x 128 (plain) /
+    # 64 x 128 gate + up (SwiGLU: two accumulators, 128 registers); session 25's persistent Gluon kernel gained nothing
+    # because its consumers ran every epilogue between two main loops
     "gluon-pingpong": {
         False: TileConfig(128, 128, 64, 4, 4, tma=True, gluon_ws=True, persistent=True, pingpong=True,
                           source="$MODELD_GEMM_VARIANT=gluon-pingpong"),
