@@ -57,7 +57,7 @@ the bf16 engine's own numbers there (LONG_RULE). Quality vs bf16 is reported, no
 structure to preserve).
 
 Writes $OUT/cert_qwen3_5_27b.json after every stage and, at the end, one certification record per
-profile ($OUT/cert-engine-qwen3_5-<config>-synthetic-<profile>.json). Exit 0 unless HF cannot load.
+profile ($OUT/cert-engine-qwen3_5-<config>-synthetic-<profile, "+" as "-">.json). Exit 0 unless HF cannot load.
 
     PYTHONUNBUFFERED=1 PYTHONPATH=src:. python3 bench/cert_qwen3_5_27b.py --out $OUT
     dry run (CPU, reference kernels, ~20 s; OMP_NUM_THREADS=1 matters on a shared host):
@@ -403,7 +403,9 @@ def finish(R, st) -> None:
     for p in [p for p in st.profiles if own_artifact(p)]:   # a kernel-route variant is evidence, not a cell
         rec = cert_record(R.doc, p, seed=R.args.seed, convert=convert_flags(p))
         if rec is not None:
-            name = f"cert-engine-qwen3_5-{R.args.config}-synthetic-{p}.json"
+            # "+" spelled "-": the device tool does not bring back a file whose name has a "+"
+            # (KNOWLEDGE/pitfalls/device-tool-drops-file-names-with-plus.md)
+            name = f"cert-engine-qwen3_5-{R.args.config}-synthetic-{p.replace('+', '-')}.json"
             with open(os.path.join(R.args.out, name), "w") as f:
                 json.dump(rec, f, indent=1)
             R.doc["certs"].append(name)

@@ -106,7 +106,7 @@ def _check_doc(doc: dict, fixture_used: bool, have_ids: bool) -> None:
 
 def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
     for p in ("bf16", "fp8", "int4", "int4+qhead"):
-        rec = json.loads((out / f"cert-engine-qwen3_5-tiny-synthetic-{p}.json").read_text())
+        rec = json.loads((out / f"cert-engine-qwen3_5-tiny-synthetic-{p.replace('+', '-')}.json").read_text())
         for key in ("bench", "date_utc", "argv", "versions", "load", "fixture", "parity_triton", "decode", "ttft",
                     "peak_gpu_mem", "hf_control_same_run", "teacher_forced_vs_hf", "gate"):
             assert key in rec, key
@@ -115,7 +115,7 @@ def _check_certs(out: Path, doc: dict, have_ids: bool) -> None:
         assert (rec["rung6"] is None) == (p == "bf16")
     # a kernel-route variant writes no record; the quantized-head artifact does, with its convert flags
     assert not list(out.glob("cert-engine-*w8a8*")) and len(doc["certs"]) == 4
-    rec = json.loads((out / "cert-engine-qwen3_5-tiny-synthetic-int4+qhead.json").read_text())
+    rec = json.loads((out / "cert-engine-qwen3_5-tiny-synthetic-int4-qhead.json").read_text())
     assert rec["weights"]["recipe"].endswith("modeld convert --profile int4 --lm-head int4")
 
 
