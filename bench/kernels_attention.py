@@ -17,17 +17,25 @@ from bench._env import env_set
 def bench_attention_prefill(t, hq, hkv, dh, reps, gen, tag="", start=0, loop=None, variant="flash"):
     """The one-pass causal prefill of t new tokens after `start` cached ones, with the key loop `loop`
     ($MODELD_ATTN_CAUSAL_LOOP; None: the default) in `variant` ($MODELD_ATTN_PREFILL: "flash" the Triton kernel,
-    "gluon" / "gluon-overlap" the warp-specialized ones). The SDPA baseline runs only at start 0 (its is_causal is
-    aligned to the top left, so it has no prefix form)."""
+    "gluon" / "gluon-overlap" the warp-specialized ones; "gluon-untrimmed" the one-pass Gluon kernel masking every
+    tile, prefill_gluon.CAUSAL_TRIM off). The SDPA baseline runs only at start 0 (its is_causal is aligned to the top
+    left, so it has no prefix form)."""
+    from modeld.kernels.attention import prefill_gluon
     from modeld.kernels.attention import triton as att
     q = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
     gate = torch.randn(t, hq, dh, device="cuda", generator=gen).bfloat16()
     k = torch.randn(t, hkv, dh, device="cuda", generator=gen).bfloat16()
     kc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
     vc = torch.randn(start + t, hkv, dh, device="cuda", generator=gen).bfloat16()
-    with env_set(att.CAUSAL_LOOP_ENV, loop), env_set(att.PREFILL_ENV, variant):
-        p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1, reps)
-        used = att.causal_loop()
+    trim = prefill_gluon.CAUSAL_TRIM
+    prefill_gluon.CAUSAL_TRIM = variant != "gluon-untrimmed"
+    try:
+        with env_set(att.CAUSAL_LOOP_ENV, loop), env_set(att.PREFILL_ENV, variant.removesuffix("-untrimmed")):
+            p50, p90 = K.time_calls(lambda i: att.attention_prefill(q, k, k, kc, vc, start, dh**-0.5, gate), 1,
+                                    reps)
+            used = att.causal_loop()
+    finally:
+        prefill_gluon.CAUSAL_TRIM = trim
     b50 = None
     if start == 0:
         qs, ks = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # [1, H, T, Dh]

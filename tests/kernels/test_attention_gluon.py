@@ -38,7 +38,8 @@ def test_gluon_switch_refuses_the_interpreter_before_touching_the_cache(device, 
 
 
 def test_gluon_prefill_compiles_for_sm90_offline():
-    """Offline sm_90, both forms (OVERLAP: each next Q Kᵀ issued before the current softmax): wgmma (HGMMA) for
+    """Offline sm_90, both forms (OVERLAP: each next Q Kᵀ issued before the current softmax; the one-pass form
+    trimmed: its unmasked and diagonal loops, CAUSAL_TRIM): wgmma (HGMMA) for
     Q Kᵀ and P V, TMA loads of Q / K / V (UTMALDG), the consumers at 240 registers
     beside the producer's 24, shared memory within an SM's 227 KB; no spill but the gated epilogue at head_dim 256
     (the gate's and output's per-element addresses beside the accumulator, once per block: ≤ 2 KB)."""
@@ -57,10 +58,10 @@ for dh in (256, 64):
                "g_ptr": "*bf16", "o_ptr": "*bf16", "T": "i32", "start": "i32", "qk_scale": "fp32",
                "stride_qh": "i32", "stride_ch": "i32", "stride_gt": "i32", "stride_gh": "i32", "stride_ot": "i32",
                "stride_oh": "i32", "GQA": "constexpr", "HAS_GATE": "constexpr", "S": "constexpr",
-               "OVERLAP": "constexpr", "num_warps": "constexpr"}
+               "OVERLAP": "constexpr", "TRIM": "constexpr", "num_warps": "constexpr"}
         src = GluonASTSource(A._prefill_gluon_kernel, sig,
                              constexprs={"GQA": 6, "HAS_GATE": gate, "S": A.STAGES, "OVERLAP": overlap,
-                                         "num_warps": 4})
+                                         "TRIM": A.CAUSAL_TRIM and not overlap, "num_warps": 4})
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": A.MAXNREG})
         ptx = k.asm["ptx"]
         report, obj = ptxas_sm90(ptx, "attn_gluon_test")
@@ -74,12 +75,15 @@ for dh in (256, 64):
     lines = offline_compile_rows(code, "GA", ROOT)
     assert len(lines) == 8, lines
     for f in lines:
-        # overlap: the next tile's Q Kᵀ is a second wgmma site in the loop (twice the HGMMA sites)
-        assert int(f["hgmma"]) >= (16 if f["overlap"] == "1" else 8) and int(f["utmaldg"]) >= 4, f
+        # overlap: the next tile's Q Kᵀ is a second wgmma site in the loop; trimmed: two loops (twice the HGMMA sites)
+        assert int(f["hgmma"]) >= 16 and int(f["utmaldg"]) >= 4, f
         regs = [int(x) for x in f["setmaxnreg"].split(",")]
         assert 24 in regs and 240 in regs and max(regs) <= 256, f
         assert 0 < int(f["smem"]) <= 232448, f
         assert int(f["spill"]) == 0 or (f["dh"] == "256" and f["gate"] == "1" and int(f["spill"]) <= 2048), f
+    # the trimmed one-pass form has as many wgmma sites as the overlap form (s26, dh 256: 80 each; untrimmed 40)
+    sites = {(f["dh"], f["gate"], f["overlap"]): int(f["hgmma"]) for f in lines}
+    assert all(sites[dh, g, "0"] == sites[dh, g, "1"] for dh, g, _ in sites), sites
 
 
 # (T, start, HQ, HKV, Dh, S, gated): a partial last block, blocks with prior cache rows (start > 0: a later prefill
@@ -91,17 +95,24 @@ GPU_CASES = [(777, 0, 24, 4, 256, 1024, True), (300, 1000, 24, 4, 256, 1400, Tru
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get(CHILD_FLAG) != "1", reason="runs in test_gpu_gluon_prefill's child")
 @pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", GPU_CASES)
-@pytest.mark.parametrize("variant", ["gluon", "gluon-overlap"])
+@pytest.mark.parametrize("variant", ["gluon", "gluon-untrimmed", "gluon-overlap"])
 def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, variant, device, monkeypatch):
-    monkeypatch.setenv(tt.PREFILL_ENV, variant)
+    """Against the reference, with the cache rows past start + T poisoned with NaN: the kernel must not read them
+    (a masked P of 0 times a NaN of V is NaN)."""
+    from modeld.kernels.attention import prefill_gluon
+    monkeypatch.setattr(prefill_gluon, "CAUSAL_TRIM", variant != "gluon-untrimmed")
+    monkeypatch.setenv(tt.PREFILL_ENV, variant.removesuffix("-untrimmed"))
     qg = _rand((t, hq, 2 * dh), device, 1)  # q and gate as head-strided halves of one projection, as qwen3_5's
     q, gate = qg[..., :dh], (qg[..., dh:] if gated else None)
     k, v = _rand((t, hkv, dh), device, 2), _rand((t, hkv, dh), device, 3)
     kc, vc = _rand((s_cap, hkv, dh), device, 4), _rand((s_cap, hkv, dh), device, 5)
+    kc[start + t:], vc[start + t:] = float("nan"), float("nan")
     kc_ref, vc_ref = kc.clone(), vc.clone()
     got = tt.attention_prefill(q, k, v, kc, vc, start, dh**-0.5, gate)
     want = ref.attention_prefill(q, k, v, kc_ref, vc_ref, start, dh**-0.5, gate)
-    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref), "cache rows differ"
+    for c, c_ref in ((kc, kc_ref), (vc, vc_ref)):
+        assert torch.equal(c[: start + t], c_ref[: start + t]), "cache rows differ"
+        assert bool(c[start + t:].isnan().all()), "rows past start + T written"
     assert_close(got, want, what=f"{variant} prefill T={t} start={start}")
 
 

@@ -182,9 +182,12 @@ def attention_producer(n, S, empty, ready, ring, log):
         log.append(("load", i))
 
 
-def attention_consumer(c, n, S, empty, ready, ring, log, overlap):
+def attention_consumer(c, n, S, empty, ready, ring, log, overlap, n_mine=None, wait_skipped=True):
     """attention/prefill_gluon._consumer: every tile of the block in order; with `overlap` the next tile's stage is
-    acquired (its Q Kᵀ issued) before the current one is released, so a consumer holds two stages at once."""
+    acquired (its Q Kᵀ issued) before the current one is released, so a consumer holds two stages at once. The
+    trimmed form (CAUSAL_TRIM) computes tiles 0..n_mine-1 and only releases the rest, each after waiting `ready`
+    (`wait_skipped=False`: the mutation that releases them at once)."""
+    n_mine = n if n_mine is None else n_mine
     def acquire(i):
         s = i % S
         while not ready[s].passes((i // S) & 1):
@@ -196,15 +199,21 @@ def attention_consumer(c, n, S, empty, ready, ring, log, overlap):
         ring[i % S]["readers"].discard(c)
         empty[i % S].arrive()
 
-    yield from acquire(0)
-    for i in range(n):
-        if overlap and i + 1 < n:
+    if n_mine:
+        yield from acquire(0)
+    for i in range(n_mine):
+        if overlap and i + 1 < n_mine:
             yield from acquire(i + 1)
         yield "softmax and P V"
         release(i)
         log.append((c, i))
-        if not overlap and i + 1 < n:
+        if not overlap and i + 1 < n_mine:
             yield from acquire(i + 1)
+    for i in range(n_mine, n):
+        while wait_skipped and not ready[i % S].passes((i // S) & 1):
+            yield "wait ready"
+        empty[i % S].arrive()
+        yield "released unread"
 
 
 @pytest.mark.parametrize("S", [2, 3])
@@ -223,6 +232,42 @@ def test_attention_ring_two_consumers_of_every_stage(S, n, overlap, seed):
     _run(gens, random.Random(seed * 100 + S * 10 + n), f"attention S {S} n {n} overlap {overlap}")
     for c in range(2):
         assert [e[1] for e in log if e[0] == c] == list(range(n))
+
+
+@pytest.mark.parametrize("S", [2, 3])
+@pytest.mark.parametrize("n,skip", [(2, 1), (5, 1), (9, 2), (3, 3)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_ring_with_a_trimmed_consumer(S, n, skip, seed):
+    """CAUSAL_TRIM: warpgroup 0 computes the block's first n - skip tiles and releases the rest unread (each after
+    its `ready`), warpgroup 1 computes every tile; no deadlock or overwrite, each sees its tiles in order."""
+    empty, ready = [CountedBarrier(2) for _ in range(S)], [MBarrier() for _ in range(S)]
+    ring = [{"data": None, "readers": set()} for _ in range(S)]
+    log: list = []
+    gens = [attention_producer(n, S, empty, ready, ring, log),
+            attention_consumer(0, n, S, empty, ready, ring, log, False, n_mine=n - skip),
+            attention_consumer(1, n, S, empty, ready, ring, log, False)]
+    _run(gens, random.Random(seed * 100 + S * 10 + n), f"trimmed attention S {S} n {n} skip {skip}")
+    assert [e[1] for e in log if e[0] == 0] == list(range(n - skip))
+    assert [e[1] for e in log if e[0] == 1] == list(range(n))
+
+
+def test_the_attention_simulation_catches_releases_before_ready():
+    """Releasing the trimmed tiles without waiting `ready` counts those arrivals toward an earlier release: the
+    producer overwrites a stage the other warpgroup still reads, or the phases drift until every side waits."""
+    S, n = 2, 6
+    failures = 0
+    for seed in range(20):
+        empty, ready = [CountedBarrier(2) for _ in range(S)], [MBarrier() for _ in range(S)]
+        ring = [{"data": None, "readers": set()} for _ in range(S)]
+        gens = [attention_producer(n, S, empty, ready, ring, []),
+                attention_consumer(0, n, S, empty, ready, ring, [], False, n_mine=3, wait_skipped=False),
+                attention_consumer(1, n, S, empty, ready, ring, [], False)]
+        try:
+            _run(gens, random.Random(seed), "trimmed, released before ready")
+        except AssertionError as e:
+            assert "overwrites" in str(e) or "reads stage" in str(e) or "deadlock" in str(e), e
+            failures += 1
+    assert failures > 0
 
 
 def test_the_attention_simulation_catches_an_empty_count_of_one():

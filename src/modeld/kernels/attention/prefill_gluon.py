@@ -27,12 +27,16 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from modeld.kernels.errors import KernelValueError
 
-__all__ = ["usable", "launch", "BLOCK_M", "BLOCK_N", "STAGES", "MAXNREG"]
+__all__ = ["usable", "launch", "BLOCK_M", "BLOCK_N", "STAGES", "MAXNREG", "CAUSAL_TRIM"]
 
 BLOCK_M = 128  # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 64  # keys per ring stage
 STAGES = 2  # K + V of one stage at head_dim 256: 64 KB; Q 64 KB
 MAXNREG = 168  # 12 warps (two consumer warpgroups + the producer's) x 168 fits 64 K registers before setmaxnreg
+# The one-pass form masks only the key tiles that cross a warpgroup's diagonal and computes nothing for the tiles past
+# its last visible key (it still waits and releases them: the ring's count is the block's); False masks every tile
+# (session 25's kernel; bench rows A/B the two by setting this)
+CAUSAL_TRIM = True
 PRODUCER_REGS = gl.constexpr(24)
 CONSUMER_REGS = gl.constexpr(240)
 
@@ -74,13 +78,18 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, re
 
 
 @gluon.jit
-def _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout: gl.constexpr, p_layout: gl.constexpr):
+def _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                  MASKED: gl.constexpr = True):
     """Key tile i's scores [BM, BN] -> (P in wgmma's register-A layout, the rescale of O in its row layout, the new
-    running max and sum): causal and range mask, online softmax in exp2 units."""
+    running max and sum): causal and range mask (MASKED: a tile crossing the diagonal), online softmax in exp2
+    units."""
     BN: gl.constexpr = sc.type.shape[1]
-    keys = i * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, sc.type.layout))
-    visible = (gl.expand_dims(keys, 0) <= gl.expand_dims(q_pos, 1)) & gl.expand_dims(keys < hi, 0)
-    sc = gl.where(visible, sc * qk_scale, float("-inf"))
+    if MASKED:
+        keys = i * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, sc.type.layout))
+        visible = (gl.expand_dims(keys, 0) <= gl.expand_dims(q_pos, 1)) & gl.expand_dims(keys < hi, 0)
+        sc = gl.where(visible, sc * qk_scale, float("-inf"))
+    else:
+        sc = sc * qk_scale
     m_new = gl.maximum(m_i, gl.max(sc, axis=1))  # key 0 is visible to every row: m_new is finite
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(sc - gl.expand_dims(m_new, 1))
@@ -92,7 +101,7 @@ def _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout: gl.constexpr, 
 @gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
               stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE: gl.constexpr, HALF_ID: gl.constexpr,
-              OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+              OVERLAP: gl.constexpr, TRIM: gl.constexpr, num_warps: gl.constexpr):
     S: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     DH: gl.constexpr = k_bufs.type.shape[2]
@@ -131,7 +140,25 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((n - 1) % S), count=1)
     else:
-        for i in range(n):
+        # TRIM: tiles [0, n_full) lie wholly at or below this warpgroup's first row (no mask), [n_full, n_mine) cross
+        # its diagonal, [n_mine, n) are past its last visible key (warpgroup 0's last tile or so): only released
+        n_mine = n
+        n_full = 0
+        if TRIM:
+            p0 = start + row0 + HALF_ID * BM
+            n_mine = gl.cdiv(gl.minimum(p0 + BM, hi), BN)
+            n_full = gl.minimum((p0 + 1) // BN, n_mine)
+        for i in range(n_full):
+            s = i % S
+            mbarrier.wait(ready.index(s), (i // S) & 1)
+            sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
+                               is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
+            p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout, False)
+            acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
+        for i in range(n_full, n_mine):
             s = i % S
             mbarrier.wait(ready.index(s), (i // S) & 1)
             sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
@@ -140,7 +167,13 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
             p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout)
             acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
+            mbarrier.arrive(empty.index(s), count=1)
+        for i in range(n_mine, n):
+            # waited before released: an arrival for tile i must not count toward the release of tile i - S that
+            # the other warpgroup may still be reading (the empty barrier's phase would complete early)
+            s = i % S
+            mbarrier.wait(ready.index(s), (i // S) & 1)
+            mbarrier.arrive(empty.index(s), count=1)
     out = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
     orows = row0 + HALF_ID * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
     d = gl.arange(0, DH, layout=gl.SliceLayout(0, o_layout))
@@ -157,7 +190,7 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_scale, stride_qh, stride_ch,
                           stride_gt, stride_gh, stride_ot, stride_oh,
                           GQA: gl.constexpr, HAS_GATE: gl.constexpr, S: gl.constexpr, OVERLAP: gl.constexpr,
-                          num_warps: gl.constexpr):
+                          TRIM: gl.constexpr, num_warps: gl.constexpr):
     HALF: gl.constexpr = q_desc.block_type.shape[0]
     DH: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -178,9 +211,9 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_sca
         mbarrier.init(ready.index(i), count=1)
     gl.warp_specialize([
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, num_warps)),
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, TRIM, num_warps)),
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, num_warps)),
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, TRIM, num_warps)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, ready, row0, h * stride_qh,
                      (h // GQA) * stride_ch, hi)),
     ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -212,11 +245,15 @@ def launch(q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor, v_
         raise KernelValueError("the Gluon prefill takes K and V caches of one layout")
     half = BLOCK_M // 2
     q_desc = TensorDescriptor.from_tensor(_rows_view(q), [half, dh], shared_layout([half, dh]))
-    k_desc = TensorDescriptor.from_tensor(_rows_view(k_cache), [BLOCK_N, dh], shared_layout([BLOCK_N, dh]))
-    v_desc = TensorDescriptor.from_tensor(_rows_view(v_cache), [BLOCK_N, dh], shared_layout([BLOCK_N, dh]))
+    # the cache views end at row start + T: the last key tile's rows past it arrive as TMA's zeros, never as
+    # whatever the cache holds there (a NaN times a masked P of 0 would poison the row's output)
+    k_desc = TensorDescriptor.from_tensor(_rows_view(k_cache[: start + t]), [BLOCK_N, dh],
+                                          shared_layout([BLOCK_N, dh]))
+    v_desc = TensorDescriptor.from_tensor(_rows_view(v_cache[: start + t]), [BLOCK_N, dh],
+                                          shared_layout([BLOCK_N, dh]))
     g = gate if gate is not None else q
     (kernel or _prefill_gluon_kernel)[(triton.cdiv(t, BLOCK_M), hq)](
         q_desc, k_desc, v_desc, g, o, t, start, qk_scale, q.stride(1), k_cache.stride(1), g.stride(0), g.stride(1),
-        o.stride(0), o.stride(1), GQA=hq // hkv, HAS_GATE=gate is not None, S=STAGES, OVERLAP=overlap, num_warps=4,
-        maxnreg=MAXNREG)
+        o.stride(0), o.stride(1), GQA=hq // hkv, HAS_GATE=gate is not None, S=STAGES, OVERLAP=overlap,
+        TRIM=CAUSAL_TRIM and not overlap, num_warps=4, maxnreg=MAXNREG)
     return o
