@@ -272,8 +272,9 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     """(row label suffix, env, gdn.triton attributes) of the v2 rows timed beside the default at sequence length T."""
     from modeld.kernels.gdn import triton as tt
 
+    # product-bd (the series as batched 16x16 products, session 26) at every length: a default candidate
     rows = [(f",{prep}prep", {tt.PREP_ENV: prep}, {})
-            for prep in tt.PREP_KINDS if prep != tt.V2_PREP and (T == 4096 or prep == "blocked")]
+            for prep in tt.PREP_KINDS if prep != tt.V2_PREP and (T == 4096 or prep in ("blocked", "product-bd"))]
     rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
     # the series in fp16 head + tail products (4 warps: 136 HGMMAs instead of 208; 8 warps: 192 registers, no spill)
     rows += [(f",fp16x3series,w{w}", {tt.INV_PRECISION_ENV: "fp16x3"}, {"PRODUCT_PREP_WARPS": w}) for w in (4, 8)]
@@ -409,6 +410,11 @@ def aot_kernels():
          alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION="fp16x3", SUB=16, **gdn_c), dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
+        ("gdn_prep_bd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
+         dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_v2_state_fp16", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,
          state_ptr=f32, h_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="fp16", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),

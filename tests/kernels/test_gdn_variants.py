@@ -1,18 +1,23 @@
 """The opt-in Gated DeltaNet prefill variants of session 22 against the reference (and each other): the output pass's
 chunk loop ($MODELD_GDN_OUTPUT_LOOP), fp16 operands in the state / output passes ($MODELD_GDN_PASS_PRECISION), the
-product prep's fp16x3 series ($MODELD_GDN_INV_PRECISION) and the transposed state pass ($MODELD_GDN_STATE_T)."""
+product prep's fp16x3 series ($MODELD_GDN_INV_PRECISION), its series as batched 16x16 products ($MODELD_GDN_PREP=
+product-bd, session 26) and the transposed state pass ($MODELD_GDN_STATE_T)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, tolerance
+from modeld.kernels._testing import assert_close, offline_compile_rows, tolerance
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.gdn import triton as tt
 
 from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_gdn,
                          check_tf32_rounded, correlated, gdn_inputs)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("loop", ["1,64,4,1", "2:32:4:2", "3,128,8,2"], ids=["c1-out64", "c2-out32-s2", "c3-out128"])
@@ -84,6 +89,56 @@ def test_product_prep_fp16x3_series(case, gen, device, monkeypatch):
     check_correlated(case, gen, device, tf32=True)
     check_tf32_rounded(case, gen, device)
 
+
+
+@pytest.mark.parametrize("inv", ["ieee", "fp16x3"])
+def test_batched_series_is_the_whole_tile_series(inv, gen, device, monkeypatch):
+    """$MODELD_GDN_PREP=product-bd runs the same series on the diagonal 16x16 blocks only (the whole-tile products'
+    other blocks are exact zeros): on near-parallel keys (Ld's powers up to ~6e3) its output and state match the
+    whole-tile product prep's to fp32 summation order, and both hold the reference."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    *args, state = gdn_inputs(200, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
+    args = correlated(args, gen)
+    got = {}
+    for prep in ("product", "product-bd"):
+        monkeypatch.setenv(tt.PREP_ENV, prep)
+        s = state.clone()
+        got[prep] = (tt.gdn_prefill(*args, s).float(), s)
+    (o1, s1), (o2, s2) = got["product"], got["product-bd"]
+    scale = float(s1.abs().max())
+    assert float((s1 - s2).abs().max()) <= 1e-5 * scale, (float((s1 - s2).abs().max()), scale)
+    assert float((o1 - o2).abs().max()) <= 2e-2 * float(o1.abs().max())  # bf16 outputs: one rounding apart at most
+    monkeypatch.setenv(tt.PREP_ENV, "product-bd")
+    check_correlated((200, 1, 2, 32, 16), gen, device, tf32=True)
+
+
+def test_batched_series_compiles_to_fewer_tensor_core_steps_offline():
+    """Offline sm_90 at 27B heads (tf32x3 series, 4 warps, as launched): the batched series replaces the whole-tile
+    series' wgmmas (s26: 208 -> 64 HGMMA plus 72 mma.sync HMMA) and removes the spill (20 -> 0 B)."""
+    code = r'''
+import re, torch
+from bench.feasibility import _compile_offline, cuobjdump_sass
+from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
+T, Hk, Hv, D = 256, 16, 48, 128
+k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
+a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
+w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
+args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, T, k.stride(0), v.stride(0), a.stride(0),
+        b.stride(0), Hv]
+for bd in (False, True):
+    kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+              INV_PRECISION="tf32x3", SUB=16, BATCHED_SERIES=bd, num_warps=4, num_stages=1)
+    kern, regs, spill = _compile_offline(K, args, kw)
+    from bench.feasibility import ptxas_sm90
+    sass = cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep")[1])
+    print(f"BD bd={int(bd)} regs={regs} spill={spill or 0} hgmma={sass.count('HGMMA')} hmma={sass.count(' HMMA')}")
+'''
+    rows = {r["bd"]: r for r in offline_compile_rows(code, "BD", ROOT)}
+    whole, batched = rows["0"], rows["1"]
+    assert int(batched["hgmma"]) * 2 < int(whole["hgmma"]) and int(batched["hmma"]) > 0, rows
+    assert int(batched["spill"]) == 0 and int(batched["regs"]) <= 255, rows
 
 
 def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):

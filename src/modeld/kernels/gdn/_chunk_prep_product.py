@@ -20,6 +20,12 @@ tail of each operand, three fp16 MMAs, the same ≈ 21 bits at half the tensor w
 range). The four block-level products, L, U and W
 keep PRECISION like the other preps: that matches the blocked prep's error (bench/gdn_inverse_precision.py).
 Splitting at SUB = 16 bounds the growth (a single-level series over 64 rows would reach C(63, 32)).
+
+BATCHED_SERIES ($MODELD_GDN_PREP=product-bd): Ld and its powers are block-diagonal, so the six series products as
+whole 64×64 tiles spend 15 of every 16 multiply-adds on zero blocks (and with tf32x3 they are 18 of the prep's ~28
+64³ tile products). The batched form takes Ld's four 16×16 blocks out as a [4, 16, 16] tensor, runs the series as
+batched 16×16×16 products (1/16 of the work, short dependent steps), and puts D back as a 64×64 block-diagonal
+tile for the block-level products.
 """
 
 from __future__ import annotations
@@ -45,12 +51,32 @@ def _series_mm(a, b, INV_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _block_diagonal_inverse(L, CHUNK: tl.constexpr, SUB: tl.constexpr, INV_PRECISION: tl.constexpr):
+    """(I + Ld)⁻¹ as a [CHUNK, CHUNK] tile, Ld = L's diagonal SUB×SUB blocks: the blocks as a [NB, SUB, SUB] batch
+    (NB = CHUNK / SUB), the series (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸) in batched SUB×SUB products, then scattered
+    back onto the diagonal (zeros elsewhere)."""
+    NB: tl.constexpr = CHUNK // SUB
+    b = tl.arange(0, NB)
+    same = (b[:, None] == b[None, :])[:, None, :, None]  # [NB, 1, NB, 1]: block row == block column
+    Ldb = tl.sum(tl.where(same, tl.reshape(L, (NB, SUB, NB, SUB)), 0.0), axis=2)  # [NB, SUB, SUB]
+    i = tl.arange(0, SUB)
+    D = tl.where((i[:, None] == i[None, :])[None, :, :], 1.0, 0.0) - Ldb
+    P = _series_mm(Ldb, Ldb, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    return tl.reshape(tl.where(same, tl.expand_dims(D, 2), 0.0), (CHUNK, CHUNK))
+
+
+@triton.jit
 def _chunk_prep_product_kernel(
     k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
     T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
-    INV_PRECISION: tl.constexpr, SUB: tl.constexpr,
+    INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr = False,
 ):
     """Writes u, w [Hv, T, *] and gam [Hv, T] for chunk program_id(0), head program_id(1)."""
     n = tl.program_id(0)
@@ -71,13 +97,16 @@ def _chunk_prep_product_kernel(
     Ld = tl.where(diag, L, 0.0)
     Lo = L - Ld
     # D = (I + Ld)⁻¹ as (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸)
-    D = tl.where(r == s, 1.0, 0.0) - Ld
-    P = _series_mm(Ld, Ld, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
-    P = _series_mm(P, P, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
-    P = _series_mm(P, P, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
+    if BATCHED_SERIES:
+        D = _block_diagonal_inverse(L, CHUNK, SUB, INV_PRECISION)
+    else:
+        D = tl.where(r == s, 1.0, 0.0) - Ld
+        P = _series_mm(Ld, Ld, INV_PRECISION)
+        D += _series_mm(D, P, INV_PRECISION)
+        P = _series_mm(P, P, INV_PRECISION)
+        D += _series_mm(D, P, INV_PRECISION)
+        P = _series_mm(P, P, INV_PRECISION)
+        D += _series_mm(D, P, INV_PRECISION)
     # X = (I − M)(I + M²) D with M = D Lo
     M = tl.dot(D, Lo, input_precision=PRECISION)
     Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)

@@ -118,12 +118,14 @@ V2_PASS_PRECISION = "fp16"
 # v2 prep, V2_PREP unless $MODELD_GDN_PREP (read per call) names another: "blocked" = 16×16 blocks, each inverted by
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
-# "substitution" = v1's 63-step prep, so a benchmark can split the gain between a prep and the state/output split.
+# "product-bd" = "product" with its series on the four 16×16 diagonal blocks as batched products (1/16 of the
+# series' work; session 26, CPU and offline only so far); "substitution" = v1's 63-step prep, so a benchmark can
+# split the gain between a prep and the state/output split.
 # Default "product" since session 21: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us at T 4096 /
 # 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k prefill 0.990x; GPU tests of
 # every prep on correlated keys pass (KNOWLEDGE/ah-ha/gdn-chunk-inverse-as-tile-products-needs-tf32x3.md)
 PREP_ENV = "MODELD_GDN_PREP"
-PREP_KINDS = ("blocked", "product", "substitution")
+PREP_KINDS = ("blocked", "product", "product-bd", "substitution")
 V2_PREP = "product"
 # the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
 # inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
@@ -279,8 +281,9 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     prep, extra, warps = _chunk_prep_kernel, {}, 8
     if kind == "blocked":
         prep = _chunk_prep_blocked_kernel
-    elif kind == "product":
-        prep, extra, warps = _chunk_prep_product_kernel, dict(INV_PRECISION=inv_precision(), SUB=SUB), PRODUCT_PREP_WARPS
+    elif kind in ("product", "product-bd"):
+        prep, warps = _chunk_prep_product_kernel, PRODUCT_PREP_WARPS
+        extra = dict(INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=kind == "product-bd")
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
