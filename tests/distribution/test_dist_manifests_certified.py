@@ -44,3 +44,13 @@ def test_each_served_artifact_is_a_known_recipe_with_a_passing_record(manifest) 
         ident = (served.model_id, served.weights_id)
         assert ident in IDENTITIES, f"{manifest.id}: {ident} is no recipe's CPU identity"
         assert ident in certified, f"{manifest.id}: {ident} has no passing record among {sorted(named)}"
+
+
+def test_the_cells_table_counts_a_models_artifacts() -> None:
+    """`modeld cells` lists a model once per cell, with how many of its artifacts the cell serves."""
+    from modeld.distribution.render import _served_models
+
+    fp8 = next(m for m in ENGINE_27B if m.id == "engine_qwen3_5_27b_fp8")
+    bf16 = next(m for m in ENGINE_27B if m.id == "engine_qwen3_5_27b_bf16")
+    assert _served_models(fp8) == "synthetic/qwen3_5-27b-L64-seed0 (2 artifacts)"
+    assert _served_models(bf16) == "synthetic/qwen3_5-27b-L64-seed0"

@@ -5,6 +5,7 @@ Writes to the given rich Console only; the commands' `--json` output does not co
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -71,13 +72,20 @@ def _requirements(cell: CellManifest) -> str:
     return ", ".join(parts)
 
 
+def _served_models(cell: CellManifest) -> str:
+    """One line per model id; a model served in several artifacts (e.g. fp8 with and without the quantized head)
+    says how many."""
+    counts = Counter(s.model_id for s in cell.serves)
+    return "\n".join(m if n == 1 else f"{m} ({n} artifacts)" for m, n in counts.items())
+
+
 def print_cells(console: Console, manifests: Sequence[CellManifest]) -> None:
     table = Table(title="cell manifests")
     for column in ("id", "version", "backend", "rank", "serves", "formats", "family",
                    "requirements", "profiles"):
         table.add_column(column, overflow="fold")
     for cell in manifests:
-        serves = "any" if cell.serves_any else "\n".join(s.model_id for s in cell.serves)
+        serves = "any" if cell.serves_any else _served_models(cell)
         table.add_row(cell.id, cell.version, cell.backend.value, str(cell.rank), serves,
                       "/".join(cell.artifact_formats), cell.family or "any", _requirements(cell),
                       f"w:{cell.weight_profile} kv:{cell.kv_profile}")
