@@ -94,7 +94,9 @@ def test_rung5_greedy_tokens(engines, hf_model, name, hf_round):
     eng, hf = engines(name, hf_round), hf_model(name)
     r = greedy_parity(eng, hf, random_prompt(eng.config.vocab, 80, 1), 24, BF16_TIE, round_bf16=hf_round)
     assert r.agree + r.near_ties == r.steps, r
-    assert r.agree >= r.steps - 2, r
+    # near-ties are decided by rounding, which follows the CPU: "odd" has 2 of 25 under oneDNN's AVX2 kernels and 3
+    # under its AVX-512 ones (KNOWLEDGE/pitfalls/onednn-isa-moves-near-ties-in-cpu-parity-tests.md)
+    assert r.agree >= r.steps - 3, r
     assert r.max_logit_err <= (0.25 if hf_round else 1.0), r   # measured 0.128 / 0.207 (tiny), 0.524 (odd)
 
 
