@@ -4,7 +4,7 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # only this session's new / changed GPU tests (s26: the fp16x3 series test)
+#   tools/device_checks.sh tests-new # only the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-overlap ... ttft
 #   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
@@ -49,10 +49,11 @@ case "$step" in
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # this session's new / changed GPU tests (session 26: the fp16x3 series test the s26 suite failed, now on the
-    # tf32 passes; the Gluon attention's own test runs in attn-gluon); the whole suite before any default flips
-    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_gdn_variants.py \
-      -k "fp16x3_series" --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
+    # the new / changed GPU tests of the last session (s26: the Gluon attention incl. "auto" with ONE_PASS_KERNEL =
+    # "gluon", the GDN product-bd prep at 27B sizes and on correlated keys); the whole suite before any default flips
+    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
+      tests/kernels/test_gdn.py tests/kernels/test_gdn_variants.py -k "gluon or bd or auto_one_pass" \
+      --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)
     # the Gluon warp-specialized prefill attention (never run on a GPU before session 26): its GPU test (a child under

@@ -122,3 +122,41 @@ def test_gpu_gluon_prefill(device):
     barriers are ours)."""
     status, out = pytest_in_child(f"{__file__}::test_gpu_gluon_prefill_child", CHILD_FLAG, 300)
     assert status == "passed", f"{status}: {out}"
+
+
+@pytest.mark.parametrize("one_pass", tt.ONE_PASS_KERNELS)
+def test_auto_one_pass_kernel_switch(one_pass, device, monkeypatch):
+    """"auto" with ONE_PASS_KERNEL = "gluon" takes the Gluon kernel for one-pass prefills it can run and nothing else:
+    the interpreter (and any input `usable` refuses) falls back to the Triton kernel; results match the reference."""
+    _check_auto_switch(one_pass, device, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("one_pass", tt.ONE_PASS_KERNELS)
+def test_gpu_auto_one_pass_kernel_switch(one_pass, device, monkeypatch):
+    """The same on the H200 at qwen3_5's heads: the one-pass prefill goes to the Gluon kernel, a 3-token suffix over
+    a 200-token prefix keeps the split-KV passes."""
+    _check_auto_switch(one_pass, device, monkeypatch)
+
+
+def _check_auto_switch(one_pass, device, monkeypatch):
+    from modeld.kernels.attention import prefill_gluon
+
+    monkeypatch.delenv(tt.PREFILL_ENV, raising=False)
+    monkeypatch.setattr(tt, "ONE_PASS_KERNEL", one_pass)
+    calls = []
+    launch = prefill_gluon.launch
+    monkeypatch.setattr(prefill_gluon, "launch", lambda *a, **k: calls.append(a[0].shape[0]) or launch(*a, **k))
+    gpu = not interpreting() and torch.cuda.is_available()
+    dh, hq, hkv = (256, 24, 4) if gpu else (64, 4, 2)
+    for t, start, s_cap in ((300, 0, 320), (3, 200, 256)):  # one pass; a 3-token suffix (split-KV on a GPU)
+        qg = _rand((t, hq, 2 * dh), device, 1)
+        q, gate = qg[..., :dh], qg[..., dh:]
+        k, v = _rand((t, hkv, dh), device, 2), _rand((t, hkv, dh), device, 3)
+        kc, vc = _rand((s_cap, hkv, dh), device, 4), _rand((s_cap, hkv, dh), device, 5)
+        kc_ref, vc_ref = kc.clone(), vc.clone()
+        got = tt.attention_prefill(q, k, v, kc, vc, start, dh**-0.5, gate)
+        assert_close(got, ref.attention_prefill(q, k, v, kc_ref, vc_ref, start, dh**-0.5, gate))
+    split = gpu and tt.prefill_split_choice(3, hq, hkv, dh, 200, torch.device(device))[1] > 0
+    want = [300] + ([] if split else [3]) if (gpu and one_pass == "gluon") else []
+    assert calls == want, (calls, want)
