@@ -91,6 +91,19 @@ def test_product_prep_fp16x3_series(case, gen, device, monkeypatch):
 
 
 
+def _correlated_prefill_per_setting(env, values, n, gen, device, monkeypatch):
+    """{value: (output fp32, final state)} of one near-parallel-keys problem (n tokens) prefilled with $env = each
+    value in turn, from the same initial state."""
+    *args, state = gdn_inputs(n, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
+    args = correlated(args, gen)
+    got = {}
+    for value in values:
+        monkeypatch.setenv(env, value)
+        s = state.clone()
+        got[value] = (tt.gdn_prefill(*args, s).float(), s)
+    return got
+
+
 @pytest.mark.parametrize("inv", ["ieee", "fp16x3"])
 def test_batched_series_is_the_whole_tile_series(inv, gen, device, monkeypatch):
     """$MODELD_GDN_PREP=product-bd runs the same series on the diagonal 16x16 blocks only (the whole-tile products'
@@ -99,13 +112,7 @@ def test_batched_series_is_the_whole_tile_series(inv, gen, device, monkeypatch):
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
     monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
-    *args, state = gdn_inputs(200, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
-    args = correlated(args, gen)
-    got = {}
-    for prep in ("product", "product-bd"):
-        monkeypatch.setenv(tt.PREP_ENV, prep)
-        s = state.clone()
-        got[prep] = (tt.gdn_prefill(*args, s).float(), s)
+    got = _correlated_prefill_per_setting(tt.PREP_ENV, ("product", "product-bd"), 200, gen, device, monkeypatch)
     (o1, s1), (o2, s2) = got["product"], got["product-bd"]
     scale = float(s1.abs().max())
     assert float((s1 - s2).abs().max()) <= 1e-5 * scale, (float((s1 - s2).abs().max()), scale)
@@ -146,14 +153,8 @@ def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):
     the head products alone miss it by the state's own size."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, "product")
-    *args, state = gdn_inputs(150, 1, 2, 32, 16, gen, device, decode=False, slow_decay=True)
-    args = correlated(args, gen)
-    states = {}
-    for inv in ("ieee", "fp16x3"):
-        monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
-        s = state.clone()
-        tt.gdn_prefill(*args, s)
-        states[inv] = s
+    got = _correlated_prefill_per_setting(tt.INV_PRECISION_ENV, ("ieee", "fp16x3"), 150, gen, device, monkeypatch)
+    states = {inv: s for inv, (_, s) in got.items()}
     # relative to the state's largest entry, 12 seeds on the interpreter: fp16x3 1.8e-5 .. 1.04e-4; the head products
     # alone (tails dropped) 0.13 .. 3.4. 1e-3 sits a decade from each.
     err = (states["fp16x3"] - states["ieee"]).abs().max().item()

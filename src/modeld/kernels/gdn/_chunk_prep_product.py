@@ -51,6 +51,20 @@ def _series_mm(a, b, INV_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _series_inverse(Ld, eye, INV_PRECISION: tl.constexpr):
+    """(I + Ld)⁻¹ = (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸) for Ld nilpotent of order <= 16 (a tile or a batch of
+    tiles; `eye` the identity of Ld's shape): six products at INV_PRECISION."""
+    D = eye - Ld
+    P = _series_mm(Ld, Ld, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    P = _series_mm(P, P, INV_PRECISION)
+    D += _series_mm(D, P, INV_PRECISION)
+    return D
+
+
+@triton.jit
 def _block_diagonal_inverse(L, CHUNK: tl.constexpr, SUB: tl.constexpr, INV_PRECISION: tl.constexpr):
     """(I + Ld)⁻¹ as a [CHUNK, CHUNK] tile, Ld = L's diagonal SUB×SUB blocks: the blocks as a [NB, SUB, SUB] batch
     (NB = CHUNK / SUB), the series (I − Ld)(I + Ld²)(I + Ld⁴)(I + Ld⁸) in batched SUB×SUB products, then scattered
@@ -60,13 +74,7 @@ def _block_diagonal_inverse(L, CHUNK: tl.constexpr, SUB: tl.constexpr, INV_PRECI
     same = (b[:, None] == b[None, :])[:, None, :, None]  # [NB, 1, NB, 1]: block row == block column
     Ldb = tl.sum(tl.where(same, tl.reshape(L, (NB, SUB, NB, SUB)), 0.0), axis=2)  # [NB, SUB, SUB]
     i = tl.arange(0, SUB)
-    D = tl.where((i[:, None] == i[None, :])[None, :, :], 1.0, 0.0) - Ldb
-    P = _series_mm(Ldb, Ldb, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
-    P = _series_mm(P, P, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
-    P = _series_mm(P, P, INV_PRECISION)
-    D += _series_mm(D, P, INV_PRECISION)
+    D = _series_inverse(Ldb, tl.where((i[:, None] == i[None, :])[None, :, :], 1.0, 0.0), INV_PRECISION)
     return tl.reshape(tl.where(same, tl.expand_dims(D, 2), 0.0), (CHUNK, CHUNK))
 
 
@@ -100,13 +108,7 @@ def _chunk_prep_product_kernel(
     if BATCHED_SERIES:
         D = _block_diagonal_inverse(L, CHUNK, SUB, INV_PRECISION)
     else:
-        D = tl.where(r == s, 1.0, 0.0) - Ld
-        P = _series_mm(Ld, Ld, INV_PRECISION)
-        D += _series_mm(D, P, INV_PRECISION)
-        P = _series_mm(P, P, INV_PRECISION)
-        D += _series_mm(D, P, INV_PRECISION)
-        P = _series_mm(P, P, INV_PRECISION)
-        D += _series_mm(D, P, INV_PRECISION)
+        D = _series_inverse(Ld, tl.where(r == s, 1.0, 0.0), INV_PRECISION)
     # X = (I − M)(I + M²) D with M = D Lo
     M = tl.dot(D, Lo, input_precision=PRECISION)
     Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)
