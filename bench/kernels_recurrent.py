@@ -214,6 +214,18 @@ def bench_conv(reps):
     for T in (512, 8192):
         case("conv1d_prefill", f"T{T} C{C} W{W}", lambda T=T: (bf16(T, C), w, bf16(W - 1, C)),
              T * C * 2 * 2 + C * W * 2, tt.causal_conv1d_prefill, ref.causal_conv1d_prefill, reps)
+    # as the 27B engine calls it: x the first C columns of the GDN in_proj output (row stride C + Hv * Dv = 16384),
+    # one snapshot segment (2048) or a whole piece (8192); every tile candidate, with and without the first T-block
+    # split off (session 26: 0.35 of the copy floor at the default tile)
+    for T in (2048, 8192):
+        for tile in tt.PREFILL_TILES:
+            for split in (False, True):
+                label = "" if (tile, split) == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK) else \
+                    f",{tile[0]}x{tile[1]}w{tile[2]}{',split' if split else ''}"
+                with _gdn_switched(attrs={"PREFILL_TILE": tile, "SPLIT_FIRST_BLOCK": split}, module=tt):
+                    case(f"conv1d_prefill(strided{label})", f"T{T} C{C} W{W}",
+                         lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
+                         tt.causal_conv1d_prefill, None, reps)
 
 
 def _gdn_set(N, decode, Hk=16, Hv=48, Dk=128, Dv=128):
@@ -248,12 +260,13 @@ def bench_gdn_decode_rows(reps):
 
 
 @contextlib.contextmanager
-def _gdn_switched(env: dict | None = None, attrs: dict | None = None):
-    """One row's switches: environment variables (bench._env.env_set) and `modeld.kernels.gdn.triton`
-    attributes, put back after."""
+def _gdn_switched(env: dict | None = None, attrs: dict | None = None, module=None):
+    """One row's switches: environment variables (bench._env.env_set) and attributes of `module` (default
+    `modeld.kernels.gdn.triton`), put back after."""
     from bench._env import env_set
-    from modeld.kernels.gdn import triton as tt
+    from modeld.kernels.gdn import triton as gdn_tt
 
+    tt = module or gdn_tt
     attrs = attrs or {}
     saved_attrs = {k: getattr(tt, k) for k in attrs}
     with contextlib.ExitStack() as stack:

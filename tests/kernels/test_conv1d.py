@@ -41,6 +41,30 @@ def test_prefill_matches_reference(case, strided, gen, device):
     _check_prefill(*case, gen, device, strided)
 
 
+# every prefill tile candidate, with and without the first T-block as its own launch: T below one block, across
+# blocks with a partial last one, C not a multiple of BLOCK_C, W = 1 (no state) and W = 4
+TILE_CASES_CPU = [(1, 130, 4), (97, 300, 4), (70, 40, 1)]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-launch", "split-first"])
+@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[f"{t}x{c}w{w}" for t, c, w in tt.PREFILL_TILES])
+def test_prefill_tiles_and_split_match_reference(tile, split, gen, device, monkeypatch):
+    monkeypatch.setattr(tt, "PREFILL_TILE", tile)
+    monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)
+    for case in TILE_CASES_CPU:
+        _check_prefill(*case, gen, device, strided=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["one-launch", "split-first"])
+@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[f"{t}x{c}w{w}" for t, c, w in tt.PREFILL_TILES])
+def test_gpu_prefill_tiles_and_split(tile, split, gen, device, monkeypatch):
+    monkeypatch.setattr(tt, "PREFILL_TILE", tile)
+    monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)
+    for case in ((2048, 10240, 4), (4097, 333, 4), (1, 10240, 4)):
+        _check_prefill(*case, gen, device, strided=True)
+
+
 def _check_decode(B, C, W, gen, device):
     x = torch.randn(B, C, generator=gen).bfloat16().to(device)
     w = _weights(C, W, gen, device)

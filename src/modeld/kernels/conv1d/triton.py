@@ -2,7 +2,10 @@
 `reference.py` (the spec). The width W is a constexpr; T and B are runtime values.
 
 Prefill: grid (T-blocks, C-blocks). Only the first T-block reads the old state, and that same
-program writes the final state after its reads, so no other program races with the update.
+program writes the final state after its reads, so no other program races with the update. With
+SPLIT_FIRST_BLOCK the first T-block is its own launch (FIRST=True) and the rest never compile the state's
+loads (FIRST=False): offline sm_90, 27B C 10240, the 64 x 128 tile drops from 205 to 138 registers (3 CTAs
+per SM instead of 2) and from 64 to 32 LDG.128 per thread.
 """
 
 from __future__ import annotations
@@ -16,7 +19,14 @@ from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.conv1d.reference import check_conv_inputs
 
-__all__ = ["causal_conv1d_prefill", "causal_conv1d_decode"]
+__all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPLIT_FIRST_BLOCK"]
+
+# The prefill's (BLOCK_T, BLOCK_C, num_warps); BLOCK_T >= W - 1 keeps every state read inside the first T-block.
+# H200 (certs/kernels-recurrent-h200.json): 64 x 128 x 4 takes 226.6 us at T 8192, C 10240 (0.35 of the copy floor);
+# the session-26 cold 32k spends 54 ms in it. Candidates for bench/kernels_recurrent.py's conv rows: PREFILL_TILES.
+PREFILL_TILE = (64, 128, 4)
+PREFILL_TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8), (32, 256, 4))
+SPLIT_FIRST_BLOCK = False
 
 
 @triton.jit
@@ -29,8 +39,11 @@ def _silu_round(acc, act: tl.constexpr):
 def _conv_prefill_kernel(
     x_ptr, w_ptr, state_ptr, y_ptr, T, C, stride_xt,
     W: tl.constexpr, W_ROWS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+    FIRST: tl.constexpr = True, T_BLOCK0: tl.constexpr = 0,
 ):
-    pid_t = tl.program_id(0)
+    # FIRST: this launch holds T-block 0 (reads the old state, writes the new one); T_BLOCK0: the launch's first
+    # T-block (1 for the rest of a split launch)
+    pid_t = tl.program_id(0) + T_BLOCK0
     cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ts = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     cmask = cs < C
@@ -41,14 +54,17 @@ def _conv_prefill_kernel(
         in_s = (tau < 0) & (ts < T)
         xv = tl.load(x_ptr + tau[:, None].to(tl.int64) * stride_xt + cs[None, :],
                      mask=in_x[:, None] & cmask[None, :], other=0.0)
-        sv = tl.load(state_ptr + (W - 1 + tau)[:, None] * C + cs[None, :],
-                     mask=in_s[:, None] & cmask[None, :], other=0.0)
         w = tl.load(w_ptr + cs * W + j, mask=cmask, other=0.0).to(tl.float32)
-        acc += w[None, :] * (xv.to(tl.float32) + sv.to(tl.float32))
+        if FIRST:
+            sv = tl.load(state_ptr + (W - 1 + tau)[:, None] * C + cs[None, :],
+                         mask=in_s[:, None] & cmask[None, :], other=0.0)
+            acc += w[None, :] * (xv.to(tl.float32) + sv.to(tl.float32))
+        else:
+            acc += w[None, :] * xv.to(tl.float32)
     act = y_ptr.dtype.element_ty
     ymask = (ts < T)[:, None] & cmask[None, :]
     tl.store(y_ptr + ts[:, None].to(tl.int64) * C + cs[None, :], _silu_round(acc, act), mask=ymask)
-    if pid_t == 0:
+    if FIRST and pid_t == 0:
         # final state row i = input at time T-(W-1)+i of (state ++ x). Fresh names: Triton's
         # compiler rejects redefining a loop variable with another shape inside this branch.
         rows = tl.arange(0, W_ROWS)  # W_ROWS = next power of 2 >= W-1
@@ -104,14 +120,16 @@ def causal_conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, state: torch.Te
     y = torch.empty((T, C), dtype=x.dtype, device=x.device)
     if C == 0:
         return y
-    # BLOCK_T >= W-1 keeps every state read inside the first T-block (see the module docstring)
-    block_t = max(64, triton.next_power_of_2(W))
-    block_c = 128
-    grid = (max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c))
-    _conv_prefill_kernel[grid](
-        x, weight, state, y, T, C, x.stride(0),
-        W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
-    )
+    block_t, block_c, warps = PREFILL_TILE
+    block_t = max(block_t, triton.next_power_of_2(W))  # every state read inside the first T-block
+    t_blocks, c_blocks = max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c)
+    common = dict(W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
+                  num_warps=warps)
+    split = SPLIT_FIRST_BLOCK and t_blocks > 1
+    _conv_prefill_kernel[(1 if split else t_blocks, c_blocks)](x, weight, state, y, T, C, x.stride(0), **common)
+    if split:  # T-blocks 1.. never touch the state: no ordering with the launch above
+        _conv_prefill_kernel[(t_blocks - 1, c_blocks)](x, weight, state, y, T, C, x.stride(0), FIRST=False,
+                                                       T_BLOCK0=1, **common)
     return y
 
 
