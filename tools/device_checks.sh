@@ -7,7 +7,7 @@
 #   tools/device_checks.sh tests-new # only the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-overlap ... ttft
-#   tools/device_checks.sh kernels   # GDN rows: fp16 passes, fp16x3 series, output chunk loop, 8-warp state, preps
+#   tools/device_checks.sh kernels   # conv prefill tiles / split; GDN rows: preps (product-bd), fp16 passes, loops
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
 #   tools/device_checks.sh gemm-variants  # tuned / persistent / ws / gluon-ws tiles, one child process per variant
@@ -64,6 +64,10 @@ case "$step" in
       | grep --line-buffered -E "attention prefill"
     ;;
   kernels)
+    # the conv prefill's tiles / first-block split (s26 candidates, conv1d/triton.py), then the GDN v2 rows (incl.
+    # the s26 product-bd prep at every length)
+    timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/conv" --only conv --reps 20 2>&1 \
+      | grep --line-buffered -E "conv1d_prefill\(strided"
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
       | grep --line-buffered -E "gdn_prefill\(chunked,v2"
     ;;
