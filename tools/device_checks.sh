@@ -50,9 +50,11 @@ case "$step" in
     ;;
   tests-new)
     # the new / changed GPU tests of the last session (s26: the Gluon attention incl. "auto" with ONE_PASS_KERNEL =
-    # "gluon", the GDN product-bd prep at 27B sizes and on correlated keys); the whole suite before any default flips
+    # "gluon", the GDN product-bd prep at 27B sizes and on correlated keys, the conv prefill candidates); the whole
+    # suite before any default flips
     timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
-      tests/kernels/test_gdn.py tests/kernels/test_gdn_variants.py -k "gluon or bd or auto_one_pass" \
+      tests/kernels/test_gdn.py tests/kernels/test_gdn_variants.py tests/kernels/test_conv1d.py \
+      -k "gluon or bd or auto_one_pass or tiles_and_split" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)

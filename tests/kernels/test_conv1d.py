@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from modeld.kernels._testing import assert_close, poison
 from modeld.kernels.conv1d import reference as ref
 from modeld.kernels.conv1d import triton as tt
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 
 # (T, C, W): decode-ish, shorter than the state, chunk boundaries, non-power-of-2 C
 PREFILL_CPU = [(1, 96, 4), (2, 130, 4), (63, 100, 4), (65, 40, 4), (500, 24, 4), (7, 33, 2), (5, 17, 1)]
@@ -53,6 +53,20 @@ def test_prefill_tiles_and_split_match_reference(tile, split, gen, device, monke
     monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)
     for case in TILE_CASES_CPU:
         _check_prefill(*case, gen, device, strided=True)
+
+
+def test_prefill_env_picks_a_candidate_and_rejects_others(gen, device, monkeypatch):
+    """$MODELD_CONV_PREFILL names a candidate (read per call, for engine A/Bs); anything else raises before a launch."""
+    monkeypatch.setenv(tt.PREFILL_ENV, "32x256w4-split")
+    assert tt.prefill_choice() == ((32, 256, 4), True)
+    _check_prefill(97, 300, 4, gen, device, strided=True)
+    monkeypatch.setenv(tt.PREFILL_ENV, "64x64w4")
+    with pytest.raises(KernelValueError, match="MODELD_CONV_PREFILL"):
+        tt.causal_conv1d_prefill(torch.zeros(3, 8, dtype=torch.bfloat16, device=device),
+                                 torch.zeros(8, 4, dtype=torch.bfloat16, device=device),
+                                 torch.zeros(3, 8, dtype=torch.bfloat16, device=device))
+    monkeypatch.delenv(tt.PREFILL_ENV)
+    assert tt.prefill_choice() == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK)
 
 
 @pytest.mark.gpu

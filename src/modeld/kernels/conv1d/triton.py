@@ -10,11 +10,13 @@ per SM instead of 2) and from 64 to 32 LDG.128 per thread.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from modeld.kernels._checks import check_same_device
+from modeld.kernels._checks import check_same_device, env_choice
 from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.conv1d.reference import check_conv_inputs
@@ -27,6 +29,24 @@ __all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPL
 PREFILL_TILE = (64, 128, 4)
 PREFILL_TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8), (32, 256, 4))
 SPLIT_FIRST_BLOCK = False
+# $MODELD_CONV_PREFILL (read per call) names a candidate for an engine A/B: "<BLOCK_T>x<BLOCK_C>w<warps>", "-split"
+# appended for SPLIT_FIRST_BLOCK, e.g. "64x256w8-split"
+PREFILL_ENV = "MODELD_CONV_PREFILL"
+
+
+def _candidate_name(tile: tuple[int, int, int], split: bool) -> str:
+    return f"{tile[0]}x{tile[1]}w{tile[2]}" + ("-split" if split else "")
+
+
+PREFILL_CANDIDATES = {_candidate_name(t, sp): (t, sp) for t in PREFILL_TILES for sp in (False, True)}
+
+
+def prefill_choice() -> tuple[tuple[int, int, int], bool]:
+    """(tile, split first block): $MODELD_CONV_PREFILL's candidate if set, else PREFILL_TILE and SPLIT_FIRST_BLOCK.
+    Raises KernelValueError for a name not in PREFILL_CANDIDATES."""
+    if not os.environ.get(PREFILL_ENV):
+        return PREFILL_TILE, SPLIT_FIRST_BLOCK
+    return PREFILL_CANDIDATES[env_choice(PREFILL_ENV, "", tuple(PREFILL_CANDIDATES))]
 
 
 @triton.jit
@@ -120,12 +140,12 @@ def causal_conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, state: torch.Te
     y = torch.empty((T, C), dtype=x.dtype, device=x.device)
     if C == 0:
         return y
-    block_t, block_c, warps = PREFILL_TILE
+    (block_t, block_c, warps), split = prefill_choice()
     block_t = max(block_t, triton.next_power_of_2(W))  # every state read inside the first T-block
     t_blocks, c_blocks = max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c)
     common = dict(W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
                   num_warps=warps)
-    split = SPLIT_FIRST_BLOCK and t_blocks > 1
+    split = split and t_blocks > 1
     _conv_prefill_kernel[(1 if split else t_blocks, c_blocks)](x, weight, state, y, T, C, x.stride(0), **common)
     if split:  # T-blocks 1.. never touch the state: no ordering with the launch above
         _conv_prefill_kernel[(t_blocks - 1, c_blocks)](x, weight, state, y, T, C, x.stride(0), FIRST=False,
