@@ -51,29 +51,31 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from bench.feasibility import cuobjdump_sass, ptxas_sm90
 from modeld.kernels.attention import prefill_gluon as A
 for dh in (256, 64):
-  for overlap in (False, True):
+  for overlap, pingpong in ((False, False), (True, False), (False, True)):
     for gate in (True, False):
         desc = lambda rows: f"tensordesc<bf16[{rows}, {dh}],{A.shared_layout([rows, dh])!r}>"
         sig = {"q_desc": desc(A.BLOCK_M // 2), "k_desc": desc(A.BLOCK_N), "v_desc": desc(A.BLOCK_N),
                "g_ptr": "*bf16", "o_ptr": "*bf16", "T": "i32", "start": "i32", "qk_scale": "fp32",
                "stride_qh": "i32", "stride_ch": "i32", "stride_gt": "i32", "stride_gh": "i32", "stride_ot": "i32",
                "stride_oh": "i32", "GQA": "constexpr", "HAS_GATE": "constexpr", "S": "constexpr",
-               "OVERLAP": "constexpr", "TRIM": "constexpr", "num_warps": "constexpr"}
+               "OVERLAP": "constexpr", "TRIM": "constexpr", "num_warps": "constexpr", "PINGPONG": "constexpr"}
         src = GluonASTSource(A._prefill_gluon_kernel, sig,
                              constexprs={"GQA": 6, "HAS_GATE": gate, "S": A.STAGES, "OVERLAP": overlap,
-                                         "TRIM": A.CAUSAL_TRIM and not overlap, "num_warps": 4})
+                                         "TRIM": A.CAUSAL_TRIM and not overlap, "num_warps": 4,
+                                         "PINGPONG": pingpong})
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": A.MAXNREG})
         ptx = k.asm["ptx"]
         report, obj = ptxas_sm90(ptx, "attn_gluon_test")
         sass = cuobjdump_sass(obj)
         spill = sum(map(int, re.findall(r"(\d+) bytes spill", report)))
         nreg = sorted(set(re.findall(r"setmaxnreg[.](?:inc|dec)[.]sync[.]aligned[.]u32\s+(\d+);", ptx)), key=int)
-        print(f"GA dh={dh} overlap={int(overlap)} gate={int(gate)} spill={spill} smem={k.metadata.shared} "
+        print(f"GA dh={dh} overlap={int(overlap)} pingpong={int(pingpong)} gate={int(gate)} spill={spill} "
+              f"smem={k.metadata.shared} syncs={len(re.findall('SYNCS', sass))} "
               f"hgmma={len(re.findall('HGMMA', sass))} utmaldg={len(re.findall('UTMALDG', sass))} "
               f"setmaxnreg={','.join(nreg)}")
 '''
     lines = offline_compile_rows(code, "GA", ROOT)
-    assert len(lines) == 8, lines
+    assert len(lines) == 12, lines
     for f in lines:
         # overlap: the next tile's Q Kᵀ is a second wgmma site in the loop; trimmed: two loops (twice the HGMMA sites)
         assert int(f["hgmma"]) >= 16 and int(f["utmaldg"]) >= 4, f
@@ -81,9 +83,13 @@ for dh in (256, 64):
         assert 24 in regs and 240 in regs and max(regs) <= 256, f
         assert 0 < int(f["smem"]) <= 232448, f
         assert int(f["spill"]) == 0 or (f["dh"] == "256" and f["gate"] == "1" and int(f["spill"]) <= 2048), f
-    # the trimmed one-pass form has as many wgmma sites as the overlap form (s26, dh 256: 80 each; untrimmed 40)
-    sites = {(f["dh"], f["gate"], f["overlap"]): int(f["hgmma"]) for f in lines}
-    assert all(sites[dh, g, "0"] == sites[dh, g, "1"] for dh, g, _ in sites), sites
+    # the trimmed one-pass form has as many wgmma sites as the overlap form (s26, dh 256: 80 each; untrimmed 40), the
+    # ping-pong form the same products plus its turns (more mbarrier operations than the one-pass form)
+    form = {(f["dh"], f["gate"], f["overlap"] + f["pingpong"]): f for f in lines}
+    for (dh, g, _), f in form.items():
+        assert int(f["hgmma"]) == int(form[dh, g, "10"]["hgmma"]), form
+    for dh, g, _ in form:
+        assert int(form[dh, g, "01"]["syncs"]) > int(form[dh, g, "00"]["syncs"]), form
 
 
 # (T, start, HQ, HKV, Dh, S, gated): a partial last block, blocks with prior cache rows (start > 0: a later prefill
@@ -95,7 +101,7 @@ GPU_CASES = [(777, 0, 24, 4, 256, 1024, True), (300, 1000, 24, 4, 256, 1400, Tru
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get(CHILD_FLAG) != "1", reason="runs in test_gpu_gluon_prefill's child")
 @pytest.mark.parametrize("t,start,hq,hkv,dh,s_cap,gated", GPU_CASES)
-@pytest.mark.parametrize("variant", ["gluon", "gluon-untrimmed", "gluon-overlap"])
+@pytest.mark.parametrize("variant", ["gluon", "gluon-untrimmed", "gluon-overlap", "gluon-pingpong"])
 def test_gpu_gluon_prefill_child(t, start, hq, hkv, dh, s_cap, gated, variant, device, monkeypatch):
     """Against the reference, with the cache rows past start + T poisoned with NaN: the kernel must not read them
     (a masked P of 0 times a NaN of V is NaN)."""

@@ -182,12 +182,24 @@ def attention_producer(n, S, empty, ready, ring, log):
         log.append(("load", i))
 
 
-def attention_consumer(c, n, S, empty, ready, ring, log, overlap, n_mine=None, wait_skipped=True):
+def attention_consumer(c, n, S, empty, ready, ring, log, overlap, n_mine=None, wait_skipped=True, turn=None,
+                       n_pair=0):
     """attention/prefill_gluon._consumer: every tile of the block in order; with `overlap` the next tile's stage is
     acquired (its Q Kᵀ issued) before the current one is released, so a consumer holds two stages at once. The
     trimmed form (CAUSAL_TRIM) computes tiles 0..n_mine-1 and only releases the rest, each after waiting `ready`
-    (`wait_skipped=False`: the mutation that releases them at once)."""
+    (`wait_skipped=False`: the mutation that releases them at once). `turn` (two count-1 barriers, PINGPONG): for
+    tiles below n_pair each wgmma issue (Q Kᵀ, then P V) waits this warpgroup's turn and passes it on."""
     n_mine = n if n_mine is None else n_mine
+    log_issue = []
+
+    def issue(i, k):  # the k-th wgmma issue of this warpgroup, in turns while both compute
+        if turn is not None and i < n_pair:
+            parity = k & 1 if c == 1 else (k - 1) & 1
+            while (c == 1 or k > 0) and not turn[c].passes(parity):
+                yield "wait turn"
+            log.append(("issue", c, k))
+            turn[1 - c].complete()
+        log_issue.append(k)
     def acquire(i):
         s = i % S
         while not ready[s].passes((i // S) & 1):
@@ -204,7 +216,10 @@ def attention_consumer(c, n, S, empty, ready, ring, log, overlap, n_mine=None, w
     for i in range(n_mine):
         if overlap and i + 1 < n_mine:
             yield from acquire(i + 1)
-        yield "softmax and P V"
+        yield from issue(i, 2 * i)  # Q Kᵀ
+        yield "softmax"
+        yield from issue(i, 2 * i + 1)  # P V
+        yield "P V done"
         release(i)
         log.append((c, i))
         if not overlap and i + 1 < n_mine:
@@ -249,6 +264,39 @@ def test_attention_ring_with_a_trimmed_consumer(S, n, skip, seed):
     _run(gens, random.Random(seed * 100 + S * 10 + n), f"trimmed attention S {S} n {n} skip {skip}")
     assert [e[1] for e in log if e[0] == 0] == list(range(n - skip))
     assert [e[1] for e in log if e[0] == 1] == list(range(n))
+
+
+@pytest.mark.parametrize("S", [2, 3])
+@pytest.mark.parametrize("n,skip", [(1, 0), (2, 1), (5, 1), (9, 2), (4, 0)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_ring_pingpong_turns(S, n, skip, seed):
+    """PINGPONG: the warpgroups' wgmma issues alternate (0's k-th, 1's k-th, 0's (k+1)-th, ...) over the tiles both
+    compute, warpgroup 1 runs its extra tiles alone; with the K / V ring no deadlock, no overwrite."""
+    empty, ready = [CountedBarrier(2) for _ in range(S)], [MBarrier() for _ in range(S)]
+    ring = [{"data": None, "readers": set()} for _ in range(S)]
+    turn = [MBarrier(), MBarrier()]
+    log: list = []
+    pair = n - skip
+    gens = [attention_producer(n, S, empty, ready, ring, log),
+            attention_consumer(0, n, S, empty, ready, ring, log, False, n_mine=pair, turn=turn, n_pair=pair),
+            attention_consumer(1, n, S, empty, ready, ring, log, False, turn=turn, n_pair=pair)]
+    _run(gens, random.Random(seed * 100 + S * 10 + n), f"ping-pong attention S {S} n {n} skip {skip}")
+    issues = [e[1:] for e in log if e[0] == "issue"]
+    assert issues == [(c, k) for k in range(2 * pair) for c in (0, 1)], issues
+    assert [e[1] for e in log if e[0] == 1] == list(range(n))
+
+
+def test_the_attention_simulation_catches_turns_past_the_pair():
+    """Warpgroup 1 waiting for turns on the tiles warpgroup 0 never computes (n_pair too large) deadlocks."""
+    S, n = 2, 5
+    empty, ready = [CountedBarrier(2) for _ in range(S)], [MBarrier() for _ in range(S)]
+    ring = [{"data": None, "readers": set()} for _ in range(S)]
+    turn = [MBarrier(), MBarrier()]
+    gens = [attention_producer(n, S, empty, ready, ring, []),
+            attention_consumer(0, n, S, empty, ready, ring, [], False, n_mine=4, turn=turn, n_pair=5),
+            attention_consumer(1, n, S, empty, ready, ring, [], False, turn=turn, n_pair=5)]
+    with pytest.raises(AssertionError, match="deadlock"):
+        _run(gens, random.Random(0), "turns past the pair")
 
 
 def test_the_attention_simulation_catches_releases_before_ready():

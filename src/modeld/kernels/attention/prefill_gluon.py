@@ -99,9 +99,53 @@ def _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout: gl.constexpr, 
 
 
 @gluon.jit
-def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
+def _turn_wait(turn, k, i, n_pair, HALF_ID: gl.constexpr, PINGPONG: gl.constexpr):
+    """Before this warpgroup's k-th wgmma issue (2 per tile, tile i): wait until the other issued its (k-1)-th
+    (warpgroup 0) / k-th (warpgroup 1); turn[c] completes once per arrival of the other warpgroup."""
+    if PINGPONG:
+        if i < n_pair:
+            if HALF_ID == 1:
+                mbarrier.wait(turn.index(1), k & 1)
+            elif k > 0:
+                mbarrier.wait(turn.index(0), (k - 1) & 1)
+
+
+@gluon.jit
+def _turn_pass(turn, i, n_pair, HALF_ID: gl.constexpr, PINGPONG: gl.constexpr):
+    """After a wgmma issue: the other warpgroup's turn."""
+    if PINGPONG:
+        if i < n_pair:
+            mbarrier.arrive(turn.index(1 - HALF_ID), count=1)
+
+
+@gluon.jit
+def _tile(q, k_bufs, v_bufs, empty, ready, turn, i, q_pos, hi, qk_scale, acc, m_i, l_i, n_pair,
+          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr, HALF_ID: gl.constexpr,
+          MASKED: gl.constexpr, PINGPONG: gl.constexpr):
+    """Key tile i of the one-pass form: S = Q Kᵀ, the online softmax (MASKED: a tile crossing the diagonal),
+    O = O · alpha + P V, the stage released; returns (acc, m_i, l_i)."""
+    S: gl.constexpr = k_bufs.type.shape[0]
+    BN: gl.constexpr = k_bufs.type.shape[1]
+    BM: gl.constexpr = q.type.shape[0]
+    s = i % S
+    mbarrier.wait(ready.index(s), (i // S) & 1)
+    _turn_wait(turn, 2 * i, i, n_pair, HALF_ID, PINGPONG)
+    sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout), is_async=True)
+    _turn_pass(turn, i, n_pair, HALF_ID, PINGPONG)
+    sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
+    p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout, MASKED)
+    _turn_wait(turn, 2 * i + 1, i, n_pair, HALF_ID, PINGPONG)
+    acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
+    _turn_pass(turn, i, n_pair, HALF_ID, PINGPONG)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
               stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE: gl.constexpr, HALF_ID: gl.constexpr,
-              OVERLAP: gl.constexpr, TRIM: gl.constexpr, num_warps: gl.constexpr):
+              OVERLAP: gl.constexpr, TRIM: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
     S: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     DH: gl.constexpr = k_bufs.type.shape[2]
@@ -148,26 +192,18 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
             p0 = start + row0 + HALF_ID * BM
             n_mine = gl.cdiv(gl.minimum(p0 + BM, hi), BN)
             n_full = gl.minimum((p0 + 1) // BN, n_mine)
+        # PINGPONG: the two warpgroups issue their wgmmas in turns (Q Kᵀ of tile i by 0 then 1, P V of tile i by 0
+        # then 1, ...), so one's softmax runs while the other's products do (FA3's inter-warpgroup schedule); only the
+        # tiles both compute (warpgroup 0's n_mine) take turns
+        n_pair = n
+        if TRIM:
+            n_pair = gl.cdiv(gl.minimum(start + row0 + BM, hi), BN)
         for i in range(n_full):
-            s = i % S
-            mbarrier.wait(ready.index(s), (i // S) & 1)
-            sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
-                               is_async=True)
-            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
-            p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout, False)
-            acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(empty.index(s), count=1)  # this consumer is done with the stage (the other arrives too)
+            acc, m_i, l_i = _tile(q, k_bufs, v_bufs, empty, ready, turn, i, q_pos, hi, qk_scale, acc, m_i, l_i,
+                                  n_pair, s_layout, o_layout, p_layout, HALF_ID, False, PINGPONG)
         for i in range(n_full, n_mine):
-            s = i % S
-            mbarrier.wait(ready.index(s), (i // S) & 1)
-            sc = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
-                               is_async=True)
-            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc, ))
-            p_op, alpha, m_i, l_i = _softmax_tile(sc, i, q_pos, hi, qk_scale, m_i, l_i, o_layout, p_layout)
-            acc = warpgroup_mma(p_op, v_bufs.index(s), acc * alpha, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(empty.index(s), count=1)
+            acc, m_i, l_i = _tile(q, k_bufs, v_bufs, empty, ready, turn, i, q_pos, hi, qk_scale, acc, m_i, l_i,
+                                  n_pair, s_layout, o_layout, p_layout, HALF_ID, True, PINGPONG)
         for i in range(n_mine, n):
             # waited before released: an arrival for tile i must not count toward the release of tile i - S that
             # the other warpgroup may still be reading (the empty barrier's phase would complete early)
@@ -190,7 +226,7 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, st
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_scale, stride_qh, stride_ch,
                           stride_gt, stride_gh, stride_ot, stride_oh,
                           GQA: gl.constexpr, HAS_GATE: gl.constexpr, S: gl.constexpr, OVERLAP: gl.constexpr,
-                          TRIM: gl.constexpr, num_warps: gl.constexpr):
+                          TRIM: gl.constexpr, num_warps: gl.constexpr, PINGPONG: gl.constexpr = False):
     HALF: gl.constexpr = q_desc.block_type.shape[0]
     DH: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -204,21 +240,26 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_sca
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # PINGPONG only
     for i in gl.static_range(2):
         mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(S):
         mbarrier.init(empty.index(i), count=2)  # both consumers read every stage
         mbarrier.init(ready.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, TRIM, num_warps)),
-        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, g_ptr, o_ptr, T, start, row0, hi, h, qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, TRIM, num_warps)),
+        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr, T, start, row0, hi, h,
+                     qk_scale,
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, TRIM, PINGPONG, num_warps)),
+        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr, T, start, row0, hi, h,
+                     qk_scale,
+                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, TRIM, PINGPONG, num_warps)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, ready, row0, h * stride_qh,
                      (h // GQA) * stride_ch, hi)),
     ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     for i in gl.static_range(2):
         mbarrier.invalidate(q_ready.index(i))
+        mbarrier.invalidate(turn.index(i))
     for i in gl.static_range(S):
         mbarrier.invalidate(empty.index(i))
         mbarrier.invalidate(ready.index(i))
@@ -230,11 +271,12 @@ def shared_layout(block: list[int]):
 
 
 def launch(q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           o: torch.Tensor, start: int, qk_scale: float, overlap: bool = False, kernel=None) -> torch.Tensor:
+           o: torch.Tensor, start: int, qk_scale: float, overlap: bool = False, kernel=None,
+           pingpong: bool = False) -> torch.Tensor:
     """o [T, HQ, Dh] <- causal attention of q [T, HQ, Dh] (positions start..start+T-1) over cache rows
     0..start+T-1 (already written), times sigmoid(gate) when given; qk_scale in log2 units; `overlap`: issue each
-    next Q Kᵀ before the current tile's softmax. Inputs were checked by `attention_prefill` and `usable`.
-    MUTATES o."""
+    next Q Kᵀ before the current tile's softmax; `pingpong` (one-pass form only): the two warpgroups' wgmmas in
+    turns. Inputs were checked by `attention_prefill` and `usable`. MUTATES o."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     t, hq, dh = q.shape
@@ -255,5 +297,5 @@ def launch(q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor, v_
     (kernel or _prefill_gluon_kernel)[(triton.cdiv(t, BLOCK_M), hq)](
         q_desc, k_desc, v_desc, g, o, t, start, qk_scale, q.stride(1), k_cache.stride(1), g.stride(0), g.stride(1),
         o.stride(0), o.stride(1), GQA=hq // hkv, HAS_GATE=gate is not None, S=STAGES, OVERLAP=overlap,
-        TRIM=CAUSAL_TRIM and not overlap, num_warps=4, maxnreg=MAXNREG)
+        TRIM=CAUSAL_TRIM and not overlap, num_warps=4, PINGPONG=pingpong and not overlap, maxnreg=MAXNREG)
     return o

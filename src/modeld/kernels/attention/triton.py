@@ -59,8 +59,9 @@ DECODE_VARIANTS = ("split3", "fused")
 DECODE_VARIANT = "fused"
 PREFILL_ENV = "MODELD_ATTN_PREFILL"
 # "gluon": the warp-specialized Gluon kernel (attention/prefill_gluon.py; CUDA sm_90, bf16), one pass; "gluon-overlap"
-# the same with each next Q Kᵀ issued before the current tile's softmax
-GLUON_PREFILL_VARIANTS = ("gluon", "gluon-overlap")
+# the same with each next Q Kᵀ issued before the current tile's softmax; "gluon-pingpong" the one-pass form with its
+# two consumer warpgroups issuing their wgmmas in turns (session 26, offline only)
+GLUON_PREFILL_VARIANTS = ("gluon", "gluon-overlap", "gluon-pingpong")
 PREFILL_VARIANTS = ("auto", "flash", "split") + GLUON_PREFILL_VARIANTS
 # The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" (attention/prefill_gluon.py where `usable`,
 # else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs). H200 session 26: the trimmed Gluon kernel 1.13-1.17x
@@ -262,7 +263,8 @@ def attention_prefill(
     g = gate if gate is not None else q
     if variant in GLUON_PREFILL_VARIANTS:
         return _prefill_gluon.launch(q, gate, k_cache, v_cache, o, start, scale * _LOG2E,
-                                     overlap=variant == "gluon-overlap", kernel=_prefill_gluon_kernel)
+                                     overlap=variant == "gluon-overlap", kernel=_prefill_gluon_kernel,
+                                     pingpong=variant == "gluon-pingpong")
     scfg, splits = prefill_split_choice(t, hq, hkv, dh, start, device, variant)
     if splits:
         _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
