@@ -63,11 +63,11 @@ PREFILL_ENV = "MODELD_ATTN_PREFILL"
 # two consumer warpgroups issuing their wgmmas in turns (session 26, offline only)
 GLUON_PREFILL_VARIANTS = ("gluon", "gluon-overlap", "gluon-pingpong")
 PREFILL_VARIANTS = ("auto", "flash", "split") + GLUON_PREFILL_VARIANTS
-# The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" (attention/prefill_gluon.py where `usable`,
-# else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs). H200 session 26: the trimmed Gluon kernel 1.13-1.17x
+# The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" / "gluon-pingpong" (attention/prefill_gluon.py
+# where `usable`, else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs). H200 session 26: the trimmed Gluon kernel 1.13-1.17x
 # the Triton one, cold 32k 0.993x (findings/attention-prefill-gluon-measured-h200-s26.md); "gluon" after a
 # certification with $MODELD_ATTN_PREFILL=gluon passes every gate and the whole GPU suite runs with it.
-ONE_PASS_KERNELS = ("triton", "gluon")
+ONE_PASS_KERNELS = ("triton", "gluon", "gluon-pingpong")
 ONE_PASS_KERNEL = "triton"
 # The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
 # "split" = the tiles below the block's first position in a loop without masks, then the diagonal tiles masked
@@ -269,9 +269,10 @@ def attention_prefill(
     if splits:
         _prefill_split(q, g, gate is not None, k_cache, v_cache, o, start, scale, scfg, splits)
         return o
-    if (variant == "auto" and ONE_PASS_KERNEL == "gluon" and not interpreting()
+    if (variant == "auto" and ONE_PASS_KERNEL != "triton" and not interpreting()
             and _prefill_gluon.usable(q, k_cache, v_cache)):
-        return _prefill_gluon.launch(q, gate, k_cache, v_cache, o, start, scale * _LOG2E, kernel=_prefill_gluon_kernel)
+        return _prefill_gluon.launch(q, gate, k_cache, v_cache, o, start, scale * _LOG2E, kernel=_prefill_gluon_kernel,
+                                     pingpong=ONE_PASS_KERNEL == "gluon-pingpong")
     _prefill_kernel[(triton.cdiv(t, cfg.block_m), hq)](
         q, g, k_cache, v_cache, o, t, start, scale * _LOG2E,
         q.stride(0), q.stride(1), g.stride(0), g.stride(1), k_cache.stride(0), k_cache.stride(1),
