@@ -312,11 +312,15 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     return rows
 
 
+GDN_ROWS: tuple[str, ...] = ()  # --gdn-rows: the v2 variant rows to time (empty: all, with decode / v1 / recurrent)
+
+
 def bench_gdn(reps):
     from modeld.kernels.gdn import reference as ref, triton as tt
 
     Hk, Hv, Dk, Dv = GDN_27B
-    bench_gdn_decode_rows(reps)
+    if not GDN_ROWS:
+        bench_gdn_decode_rows(reps)
     for T in (512, 4096, 8192):
         io = T * (2 * Hk * Dk + 2 * Hv * Dv) * 2 + T * Hv * 4 + Hv * Dk * Dv * 4 * 2
         shape = f"T{T} Hk{Hk} Hv{Hv} Dk{Dk} Dv{Dv}"
@@ -327,17 +331,19 @@ def bench_gdn(reps):
         # the plain "chunked" rows are v1 (the default is v2); T = 8192 (the 27B's 8k prefill) only A/Bs the chunked
         # paths: its reference and token loop add minutes. $MODELD_GDN_CHUNK is read per call, so each row's graphs
         # capture its own kernels.
-        with _gdn_switched({tt.CHUNK_ENV: "v1"}):
-            row("gdn_prefill(chunked)", reference=ref.gdn_prefill_chunked if T < 8192 else None)
-            if T == 4096:
-                with _gdn_switched(attrs={"DOT_PRECISION": "ieee"}):
-                    row("gdn_prefill(chunked,ieee)")
+        if not GDN_ROWS:
+            with _gdn_switched({tt.CHUNK_ENV: "v1"}):
+                row("gdn_prefill(chunked)", reference=ref.gdn_prefill_chunked if T < 8192 else None)
+                if T == 4096:
+                    with _gdn_switched(attrs={"DOT_PRECISION": "ieee"}):
+                        row("gdn_prefill(chunked,ieee)")
         with _gdn_switched({tt.CHUNK_ENV: "v2"}):
             row("gdn_prefill(chunked,v2)")
             for label, env, attrs in gdn_v2_variants(T):
-                with _gdn_switched(env, attrs):
-                    row(f"gdn_prefill(chunked,v2{label})")
-        if T < 8192:
+                if not GDN_ROWS or any(text in label for text in GDN_ROWS):
+                    with _gdn_switched(env, attrs):
+                        row(f"gdn_prefill(chunked,v2{label})")
+        if T < 8192 and not GDN_ROWS:
             row("gdn_prefill(recurrent)", fn=tt._gdn_prefill_recurrent)
 
 
@@ -485,9 +491,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernels_recurrent.json")
     parser.add_argument("--reps", type=int, default=20, help="graph replays per case (p50/p90 over these)")
     parser.add_argument("--only", choices=sorted(GROUPS), action="append", help="run only these groups")
+    parser.add_argument("--gdn-rows", default="", metavar="TEXT[,TEXT]",
+                        help="gdn group: only the default v2 row and the v2 variant rows whose label contains one of "
+                             "these (e.g. 'product-bd'); no decode, v1 or recurrent rows")
     parser.add_argument("--aot", action="store_true",
                         help="no GPU needed: compile every kernel for sm_90 and check shared memory, then exit")
     args = parser.parse_args(argv)
+    global GDN_ROWS
+    GDN_ROWS = tuple(t for t in args.gdn_rows.split(",") if t)
     if args.aot:
         return aot_check()
     if not torch.cuda.is_available():

@@ -5,9 +5,11 @@
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh tests-new # only the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
-#   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min);
-#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-overlap ... ttft
+#   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
+#                                    # ROWS_ONLY=1: the rows alone);
+#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ... ttft
 #   tools/device_checks.sh kernels   # conv prefill tiles / split; GDN rows: preps (product-bd), fp16 passes, loops
+#                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
 #   tools/device_checks.sh gemm-variants  # tuned / persistent / ws / gluon-ws tiles, one child process per variant
@@ -60,8 +62,9 @@ case "$step" in
   attn-gluon)
     # the Gluon warp-specialized prefill attention (never run on a GPU before session 26): its GPU test (a child under
     # a 300 s watchdog), kernel rows beside the Triton kernel, then the cold 32k with it
-    timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py 2>&1 \
-      | grep --line-buffered -E " passed| failed|error|Error"
+    # (ROWS_ONLY=1: the rows alone, after tests-new ran the tests in the same call)
+    [ "${ROWS_ONLY:-0}" = 1 ] || timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider \
+      tests/kernels/test_attention_gluon.py 2>&1 | grep --line-buffered -E " passed| failed|error|Error"
     timeout 150 python3 bench/kernels.py --out "$OUT/$step/k" --sections prefill-gluon --no-recurrent 2>&1 \
       | grep --line-buffered -E "attention prefill"
     ;;
@@ -70,8 +73,9 @@ case "$step" in
     # the s26 product-bd prep at every length)
     timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/conv" --only conv --reps 20 2>&1 \
       | grep --line-buffered -E "conv1d_prefill\(strided"
-    timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 2>&1 \
-      | grep --line-buffered -E "gdn_prefill\(chunked,v2"
+    # GDN_ROWS (e.g. product-bd): only the default v2 row and those variants (bench --gdn-rows), for a short call
+    timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 \
+      --gdn-rows "${GDN_ROWS:-}" 2>&1 | grep --line-buffered -E "gdn_prefill\(chunked,v2"
     ;;
   attn)
     # the one-pass prefill attention's tiles at T 8192 from 0 and from 24576 (bench/kernels_sweeps.sweep_attention)
