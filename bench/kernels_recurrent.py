@@ -289,6 +289,8 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     rows = [(f",{prep}prep", {tt.PREP_ENV: prep}, {})
             for prep in tt.PREP_KINDS if prep != tt.V2_PREP and (T == 4096 or prep in ("blocked", "product-bd"))]
     rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
+    # the batched series at 8 warps: offline 190 registers, no spill (4 warps: 252)
+    rows.append((",product-bdprep,w8", {tt.PREP_ENV: "product-bd"}, {"PRODUCT_PREP_WARPS": 8}))
     # the series in fp16 head + tail products (4 warps: 136 HGMMAs instead of 208; 8 warps: 192 registers, no spill)
     rows += [(f",fp16x3series,w{w}", {tt.INV_PRECISION_ENV: "fp16x3"}, {"PRODUCT_PREP_WARPS": w}) for w in (4, 8)]
     if T < 4096:
