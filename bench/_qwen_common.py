@@ -197,7 +197,7 @@ def engine_from_hf(st, profile: str, seed: int, workers: int, slots: int = 1, su
 
     src = HFParamSource(st.model, st.shape, engine_bench.SynthSource(st.shape, seed, workers))
     if profile != "bf16":
-        src = QuantizedSource(src, profile, lm_head=lm_head != "bf16")
+        src = QuantizedSource(src, profile, lm_head=lm_head)
     t0 = time.perf_counter()
     eng = build_engine(st.cfg, src, st.dev, st.capacity, slots, suffix_bucket)
     sync()

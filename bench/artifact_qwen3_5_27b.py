@@ -85,7 +85,9 @@ def main() -> int:
     p.add_argument("--skip-gpu-tests", action="store_true", help="skip step 1")
     args = p.parse_args()
 
-    name = args.profile + ("+qhead" if args.lm_head != "bf16" else "")     # the expectation's key and the file
+    # the expectation's key and the file: P+qhead (the profile's own head format), int4+fp8head
+    name = args.profile + ("" if args.lm_head == "bf16" else "+qhead" if args.lm_head == args.profile
+                           else f"+{args.lm_head}head")
     out = args.out_dir / f"qwen3_5-{args.config}-seed0-{name}.mspec"
     need = 25e9 if args.config == "27b" else 1e9                  # int4 27B: 18.3 GB
     report_dir = Path(os.environ.get("OUT", "."))

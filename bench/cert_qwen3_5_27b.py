@@ -18,11 +18,11 @@ twice. Stages (each prints one SUMMARY line with elapsed time and saves the JSON
   engine_fp8, engine_int4
               quantized with the converter's own functions from HF's params on the GPU; same speed
               numbers; quality vs HF bf16 (top-1 agreement, mean KL(HF bf16 ‖ engine))
-  engine_fp8+qhead, engine_int4+qhead
+  engine_fp8+qhead, engine_int4+qhead, engine_int4+fp8head
               only when --profiles names them: the artifact of `modeld convert --profile P --lm-head P` (the
-              lm_head quantized in the profile's format too); like engine_fp8 / engine_int4 without the batch
-              and by-chunk extras; its own rung 6 (HF's lm_head dequantized too), weights_id (expected key
-              "<config>/<profile>+qhead") and record
+              lm_head quantized in the profile's format too; int4+fp8head: `--profile int4 --lm-head fp8`); like
+              engine_fp8 / engine_int4 without the batch and by-chunk extras; its own rung 6 (HF's lm_head
+              dequantized too), weights_id (expected key "<config>/<name>") and record
   engine_fp8+w8a8
               only when --profiles names it: the fp8 engine with its prefill GEMMs (M >= W8A8_MIN_M)
               on fp8 tensor cores (activations quantised per token, linear/w8a8.py; the switch
@@ -127,7 +127,8 @@ def parse(argv):
     ap.add_argument("--profiles", default="bf16,fp8,int4",
                     help="engine profiles (bf16 first: it sets the gate scale); also fp8+w8a8 (the fp8 engine with "
                          "w8a8 prefill GEMMs), fp8+qhead / int4+qhead (the artifact of `modeld convert --profile P "
-                         "--lm-head P`: lm_head quantized too; own weights_id, rung 6 and record)")
+                         "--lm-head P`: lm_head quantized too; own weights_id, rung 6 and record), int4+fp8head "
+                         "(--profile int4 --lm-head fp8)")
     ap.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler stage")
     ap.add_argument("--ttft-chunks", default="2048,4096",
                     help="prefill_chunk values timed at the longest TTFT length per engine, beside the default "

@@ -47,7 +47,8 @@ class Variant:
 
 
 VARIANTS = {"fp8+w8a8": Variant("fp8", fp8_prefill="w8a8"),
-            "fp8+qhead": Variant("fp8", lm_head="fp8"), "int4+qhead": Variant("int4", lm_head="int4")}
+            "fp8+qhead": Variant("fp8", lm_head="fp8"), "int4+qhead": Variant("int4", lm_head="int4"),
+            "int4+fp8head": Variant("int4", lm_head="fp8")}
 
 
 def variant(name: str) -> Variant:
@@ -97,7 +98,7 @@ def rung6_stage(R, st, profile: str):
         t0 = time.perf_counter()
         res["backup"] = {"checksum": sw.backup(), "bytes": sw.nbytes, "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    res["swapped_tensors"] = sw.apply(base_profile(profile), lm_head=variant(profile).lm_head != "bf16")
+    res["swapped_tensors"] = sw.apply(base_profile(profile), lm_head=variant(profile).lm_head)
     res["swap_s"] = time.perf_counter() - t0
     res["swapped_checksum"] = sw.checksum()
     deq = C.hf_tf_logits(st.model, st.forced, st.dev)

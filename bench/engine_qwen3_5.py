@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         from modeld.qualify.hf_weights import QuantizedSource
 
         src = QuantizedSource(src, args.profile, device="cuda" if dev.type == "cuda" else None,
-                              lm_head=args.lm_head != "bf16")
+                              lm_head=args.lm_head)
     opts = EngineOptions(slots=1, capacity=args.capacity, checkpoints=2)  # the cell's prefill schedule
 
     def save():

@@ -37,10 +37,11 @@ def test_default_recipe_dict_is_unchanged():
         assert got == recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head="bf16")
         # the recipe hash the committed 27B identities (and their certifications) were made with
         assert F.recipe_hash(got) == expected[f"27b/{profile}"]["recipe_hash"]
-    for profile in ("fp8", "int4"):   # the CPU expectations of the quantized-head artifacts: this recipe's
-        qhead = F.recipe_hash(recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head=profile))
+    # the CPU expectations of the quantized-head artifacts: this recipe's
+    for profile, head, key in (("fp8", "fp8", "qhead"), ("int4", "int4", "qhead"), ("int4", "fp8", "fp8head")):
+        qhead = F.recipe_hash(recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head=head))
         for config in ("27b", "small"):
-            assert expected[f"{config}/{profile}+qhead"]["recipe_hash"] == qhead
+            assert expected[f"{config}/{profile}+{key}"]["recipe_hash"] == qhead
 
 
 @pytest.mark.parametrize("profile", ["fp8", "int4"])
@@ -85,7 +86,7 @@ def test_preview_and_direct_write_equal_convert(tiny_ckpt, tmp_path, capsys):
 
 
 def test_bad_lm_head_choices_raise(tiny_ckpt, tmp_path):
-    for profile, lm_head in (("bf16", "fp8"), ("bf16", "int4"), ("fp8", "int4"), ("int4", "fp8"), ("fp8", "q8")):
+    for profile, lm_head in (("bf16", "fp8"), ("bf16", "int4"), ("fp8", "int4"), ("fp8", "q8"), ("int4", "q8")):
         with pytest.raises(CE.UnknownProfileError, match="lm_head"):
             recipe_dict(profile, "qwen3_5", "hf-safetensors", lm_head=lm_head)
         with pytest.raises(CE.UnknownProfileError, match="lm_head"):

@@ -272,10 +272,16 @@ def test_hf_param_source_matches_synth_values(tiny_hf):
     want = quantize_parts(synth.tensor("lm_head.weight"), "int4", "lm_head")
     assert "lm_head.weight" not in qh.names() and qh.meta("lm_head.scales") == (torch.float16, want["scales"].shape)
     assert all(torch.equal(qh.tensor(f"lm_head.{c}"), want[c]) for c in ("qweight", "scales", "mins"))
+    qf = QuantizedSource(src, "int4", lm_head="fp8")                                    # int4 with --lm-head fp8
+    want = quantize_parts(synth.tensor("lm_head.weight"), "fp8", "lm_head")
+    assert "lm_head.qweight" not in qf.names() and qf.meta("lm_head.weight") == (torch.float8_e4m3fn, want["weight"].shape)
+    assert all(torch.equal(qf.tensor(f"lm_head.{c}").view(torch.uint8) if c == "weight" else qf.tensor(f"lm_head.{c}"),
+                           want[c].view(torch.uint8) if c == "weight" else want[c]) for c in ("weight", "weight_scale"))
+    assert "lm_head.weight" in QuantizedSource(src, "int4", lm_head="bf16").names()
 
 
 def test_dequant_swap_order_and_checksum(tiny_hf):
-    from modeld.qualify.hf_weights import DequantSwap, SwapStateError
+    from modeld.qualify.hf_weights import DequantSwap, SwapStateError, dequantize_parts, quantize_parts
 
     model, shape = tiny_hf
     sw = DequantSwap(model, shape)
@@ -302,6 +308,14 @@ def test_dequant_swap_order_and_checksum(tiny_hf):
     assert sh.apply("int4") == len(sw.targets) and torch.equal(head, before)     # the head only when asked
     sh.restore()
     assert sh.apply("int4", lm_head=True) == len(sw.targets) + 1 and not torch.equal(head, before)
+    int4_head = head.detach().clone()
+    sh.restore()
+    assert torch.equal(head, before)
+    assert sh.apply("int4", lm_head="bf16") == len(sw.targets) and torch.equal(head, before)  # "bf16": not swapped
+    sh.restore()
+    assert sh.apply("int4", lm_head="fp8") == len(sw.targets) + 1                          # int4 + fp8 head
+    want = dequantize_parts(quantize_parts(before, "fp8", "lm_head")).to(head.dtype)
+    assert torch.equal(head, want) and not torch.equal(head, int4_head)
     sh.restore()
     assert torch.equal(head, before)
 

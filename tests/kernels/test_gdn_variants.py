@@ -153,6 +153,10 @@ def test_fp16x3_series_is_closer_than_plain_fp16(gen, device, monkeypatch):
     the head products alone miss it by the state's own size."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, "product")
+    # exact passes: the series alone differs (with the default fp16 passes the fp16-stored W and states add their own
+    # rounding: 12 seeds 4.1e-4 .. 1.3e-3 against 1.3e-5 .. 1.1e-4 with ieee passes; a session-26 CI run failed;
+    # KNOWLEDGE/pitfalls/variant-tests-must-pin-every-other-switch.md)
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
     got = _correlated_prefill_per_setting(tt.INV_PRECISION_ENV, ("ieee", "fp16x3"), 150, gen, device, monkeypatch)
     states = {inv: s for inv, (_, s) in got.items()}
     # relative to the state's largest entry, 12 seeds on the interpreter: fp16x3 1.8e-5 .. 1.04e-4; the head products

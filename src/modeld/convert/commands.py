@@ -19,7 +19,8 @@ from pathlib import Path
 _LM_HEAD_HELP = ("lm_head weights: bf16 (default; the artifact of every earlier release), or the --profile's own "
                  "format: fp8 (with --profile fp8) or int4 g128 (with --profile int4), which shrinks the logits "
                  "GEMV's per-token read (2.54 GB bf16 at 27B) to 1/2 or ~1/4 at the largest quality cost per byte "
-                 "of any tensor. Recorded in the recipe: a different weights_id than the bf16-head artifact")
+                 "of any tensor; or fp8 with --profile int4 (half the bf16 head's bytes at a quarter of the int4 "
+                 "head's error). Recorded in the recipe: a different weights_id than the bf16-head artifact")
 
 
 def _synth_parser() -> argparse.ArgumentParser:

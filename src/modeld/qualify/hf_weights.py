@@ -10,7 +10,8 @@ Generating the 27B synthetic checkpoint costs minutes, so it is streamed once in
   weight of the 27B preset) come from `f32_source` — the synth values themselves, not HF's
   bf16-rounded copies — so the engine sees exactly what `modeld convert` would read.
 * `QuantizedSource` — the same tensors with every linear the converter quantizes (families
-  `_qwen_role == "linear"`; with `lm_head=True` the lm_head too, as `modeld convert --lm-head P`)
+  `_qwen_role == "linear"`; with `lm_head=True` the lm_head too, as `modeld convert --lm-head P`, or with
+  `lm_head="fp8"` in fp8 beside int4 linears)
   replaced by its fp8 / int4 components, computed with the converter's own functions
   (modeld.convert.quantize) on the parameter's device.
 * `DequantSwap` — turns HF's model into the *dequantized reference* of a profile: every such
@@ -117,14 +118,20 @@ class QuantizedSource:
     component of every part of a fused slot before the next component."""
 
     def __init__(self, base, profile: str, group: int = INT4_GROUP, keep: int = 6, device=None,
-                 lm_head: bool = False) -> None:
+                 lm_head: bool | str = False) -> None:
+        """`lm_head`: False / "bf16" keeps it as stored, True quantizes it in `profile`'s format, "fp8" / "int4" in
+        that one (`modeld convert --lm-head`)."""
         if profile not in ("fp8", "int4"):
             raise ValueError(f"unknown quantized profile {profile!r}")
+        head = profile if lm_head is True else (lm_head if lm_head in ("fp8", "int4") else None)
+        if lm_head not in (False, True, "bf16", "fp8", "int4"):
+            raise ValueError(f"unknown lm_head format {lm_head!r}")
         self.base, self.profile, self.group, self.keep, self.device = base, profile, group, keep, device
-        self.linear = set(linear_bases(base.names())) | ({"lm_head"} if lm_head else set())
-        comps = ("weight", "weight_scale") if profile == "fp8" else ("qweight", "scales", "mins")
+        self.formats = {b: profile for b in linear_bases(base.names())} | ({"lm_head": head} if head else {})
+        self.linear = set(self.formats)
+        comps = {"fp8": ("weight", "weight_scale"), "int4": ("qweight", "scales", "mins")}
         self._names = sorted([n for n in base.names() if n.removesuffix(".weight") not in self.linear]
-                             + [f"{b}.{c}" for b in self.linear for c in comps])
+                             + [f"{b}.{c}" for b, f in self.formats.items() for c in comps[f]])
         self._cache: OrderedDict[str, dict] = OrderedDict()
 
     def names(self) -> list[str]:
@@ -139,7 +146,7 @@ class QuantizedSource:
             w = self.base.tensor(base + ".weight")
             if self.device is not None:
                 w = w.to(self.device)
-            self._cache[base] = quantize_parts(w, self.profile, base, self.group)
+            self._cache[base] = quantize_parts(w, self.formats[base], base, self.group)
             while len(self._cache) > self.keep:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(base)
@@ -212,21 +219,24 @@ class DequantSwap:
         self.backup_cpu = {n: p.detach().to("cpu", copy=True) for n, p in self.targets.items()}  # copy: a CPU model would alias
         return self.original
 
-    def apply(self, profile: str, lm_head: bool = False) -> int:
-        """Overwrite every layer linear W (and the lm_head if `lm_head`) by bf16(dequant(quant_profile(W))).
-        Returns the count. Raises SwapStateError unless backed up and currently original, or for `lm_head`
-        on a swap built without it."""
+    def apply(self, profile: str, lm_head: bool | str = False) -> int:
+        """Overwrite every layer linear W (and the lm_head if `lm_head`: True in `profile`'s format, "fp8" /
+        "int4" in that one) by bf16(dequant(quant_format(W))). Returns the count. Raises SwapStateError unless
+        backed up and currently original, or for `lm_head` on a swap built without it."""
         import torch
 
+        lm_head = False if lm_head == "bf16" else lm_head
         if self.backup_cpu is None or self.applied is not None:
             raise SwapStateError(f"apply({profile!r}) needs backup() first and no swap in place (now: {self.applied})")
         if lm_head and self.head is None:
             raise SwapStateError("apply(lm_head=True) needs a DequantSwap built with lm_head=True")
+        head_fmt = profile if lm_head is True else lm_head
         todo = {n: p for n, p in self.targets.items() if lm_head or n != self.head}
         with torch.no_grad():
             for name, p in todo.items():
-                p.copy_(dequantize_parts(quantize_parts(p.detach(), profile, name, self.group)).to(p.dtype))
-        self.applied = profile + ("+lm_head" if lm_head else "")
+                fmt = head_fmt if name == self.head else profile
+                p.copy_(dequantize_parts(quantize_parts(p.detach(), fmt, name, self.group)).to(p.dtype))
+        self.applied = profile + (f"+lm_head:{head_fmt}" if lm_head else "")
         return len(todo)
 
     def restore(self) -> str:
