@@ -123,9 +123,9 @@ class QuantizedSource:
         that one (`modeld convert --lm-head`)."""
         if profile not in ("fp8", "int4"):
             raise ValueError(f"unknown quantized profile {profile!r}")
-        head = profile if lm_head is True else (lm_head if lm_head in ("fp8", "int4") else None)
         if lm_head not in (False, True, "bf16", "fp8", "int4"):
             raise ValueError(f"unknown lm_head format {lm_head!r}")
+        head = profile if lm_head is True else (lm_head if lm_head in ("fp8", "int4") else None)
         self.base, self.profile, self.group, self.keep, self.device = base, profile, group, keep, device
         self.formats = {b: profile for b in linear_bases(base.names())} | ({"lm_head": head} if head else {})
         self.linear = set(self.formats)

@@ -8,10 +8,14 @@ Why: prefill attention is ~13 % of a cold 32k (449 ms at head_dim 256, ~470 TFLO
 with one 8-warp CTA at 255 registers and no producer / consumer split. Hopper attention at FA3's rate keeps a
 producer warp on TMA and the consumers' registers for the accumulators (setmaxnreg).
 
-Ring protocol (the GEMM's; simulated in tests/kernels/test_gemm_ws_gluon_protocol.py, both forms): stage i % S; the
+Ring protocol (the GEMM's; simulated in tests/kernels/test_gemm_ws_gluon_protocol.py, every form): stage i % S; the
 producer waits `empty` with the flipped parity, expects K + V bytes on `ready`, issues both copies; each consumer waits
 `ready`, uses the stage, arrives on `empty` (count 2: both consumers read every stage). Both consumers walk the same key
-tiles (the block's whole causal range; rows past their last visible key mask to -inf), so their ring positions agree.
+tiles (the block's whole causal range), so their ring positions agree; trimmed (CAUSAL_TRIM), warpgroup 0 only waits
+and releases the tiles past its last visible key. Forms: the one-pass loop (default, trimmed); OVERLAP (each next
+Q Kᵀ issued before the current softmax; 0.8x on the H200, s26); PINGPONG (the one-pass loop with the two
+warpgroups' wgmma issues in turns through two count-1 barriers, FA3's inter-warpgroup schedule).
+H200 session 26 (findings/attention-prefill-gluon-measured-h200-s26.md): trimmed, 1.13-1.17x the Triton kernel.
 
 Gluon does not run in the CPU interpreter: CPU tests compile it offline for sm_90 (HGMMA, UTMALDG, setmaxnreg,
 shared memory, spills); `-m gpu` tests run it against the reference under a watchdog.
