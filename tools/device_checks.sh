@@ -4,10 +4,10 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # only the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
-#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ... ttft
+#                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
 #   tools/device_checks.sh kernels   # conv prefill tiles / split; GDN rows: preps (product-bd), fp16 passes, loops
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests

@@ -31,7 +31,7 @@ def _passing_records() -> dict[str, set[tuple[str, str]]]:
 
 
 def test_there_are_27b_engine_cells() -> None:
-    assert {m.id for m in ENGINE_27B} >= {"engine_qwen3_5_27b_bf16", "engine_qwen3_5_27b_fp8", "engine_qwen3_5_27b_int4"}
+    assert {m.id for m in ENGINE_27B} >= {f"engine_qwen3_5_27b_{p}" for p in ("bf16", "fp8", "int4")}
 
 
 @pytest.mark.parametrize("manifest", ENGINE_27B, ids=lambda m: m.id)

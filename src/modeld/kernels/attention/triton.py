@@ -63,10 +63,11 @@ PREFILL_ENV = "MODELD_ATTN_PREFILL"
 # two consumer warpgroups issuing their wgmmas in turns (session 26, offline only)
 GLUON_PREFILL_VARIANTS = ("gluon", "gluon-overlap", "gluon-pingpong")
 PREFILL_VARIANTS = ("auto", "flash", "split") + GLUON_PREFILL_VARIANTS
-# The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" / "gluon-pingpong" (attention/prefill_gluon.py
-# where `usable`, else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs). H200 session 26: the trimmed Gluon kernel 1.13-1.17x
-# the Triton one, cold 32k 0.993x (findings/attention-prefill-gluon-measured-h200-s26.md); "gluon" after a
-# certification with $MODELD_ATTN_PREFILL=gluon passes every gate and the whole GPU suite runs with it.
+# The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" / "gluon-pingpong"
+# (attention/prefill_gluon.py where `usable`, else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs).
+# H200 session 26: the trimmed Gluon kernel 1.13-1.17x the Triton one, cold 32k 0.993x
+# (findings/attention-prefill-gluon-measured-h200-s26.md); "gluon" after a certification with
+# $MODELD_ATTN_PREFILL=gluon passes every gate and the whole GPU suite runs with it.
 ONE_PASS_KERNELS = ("triton", "gluon", "gluon-pingpong")
 ONE_PASS_KERNEL = "triton"
 # The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
