@@ -40,8 +40,11 @@ CUBLAS_CEILING_TFLOPS = 802.0  # ../shared/design/TARGETS.md: cuBLAS bf16 GEMM 8
 def variant_tile(variant: str, swiglu: bool):
     """The forced tile of a variant: None for "tuned" (the engine's own pick, also where a named variant keeps it),
     GEMM_VARIANT_TILES for a named variant, an explicit Gluon tile "gluon:BN:STAGES[:p]" (128 x BN x 64 on 8 warps;
-    SwiGLU at min(BN, 128) columns, its two accumulators; ":p" persistent) or an explicit ping-pong tile
-    "pingpong:BM:BN:STAGES" (one consumer warpgroup's BM x BN x 64; SwiGLU at 64 x min(BN, 128))."""
+    SwiGLU at min(BN, 128) columns, its two accumulators; ":p" persistent), an explicit ping-pong tile
+    "pingpong:BM:BN:STAGES" (one consumer warpgroup's BM x BN x 64; SwiGLU at 64 x min(BN, 128)) or an explicit Triton
+    TMA tile "triton:BM:BN:BK:WARPS:STAGES[:p]" (the same tile on every shape; ":p" the persistent kernel; session 26:
+    for the SwiGLU shape, whose persistent 128 x 128 x 64 S4 tile ran 0.825x the tuned one at 255 registers and 224 KB
+    of shared memory offline)."""
     from modeld.kernels.linear import configs
 
     if variant == "tuned":
@@ -49,13 +52,16 @@ def variant_tile(variant: str, swiglu: bool):
     if variant in configs.GEMM_VARIANT_TILES:
         return configs.GEMM_VARIANT_TILES[variant][swiglu]
     parts = variant.split(":")
+    if parts[0] == "triton" and len(parts) in (6, 7) and parts[6:] in ([], ["p"]):
+        bm, bn, bk, warps, stages = (int(p) for p in parts[1:6])
+        return configs.TileConfig(bm, bn, bk, warps, stages, tma=True, persistent=parts[6:] == ["p"], source=variant)
     if parts[0] == "pingpong" and len(parts) == 4:
         bm, bn, stages = int(parts[1]), int(parts[2]), int(parts[3])
         return configs.TileConfig(64 if swiglu else bm, min(bn, 128) if swiglu else bn, 64, 4, stages, tma=True,
                                   gluon_ws=True, persistent=True, pingpong=True, source=variant)
     if parts[0] != "gluon" or len(parts) not in (3, 4) or parts[3:] not in ([], ["p"]):
-        raise ValueError(f"unknown variant {variant!r}: expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p] or "
-                         "pingpong:BM:BN:STAGES")
+        raise ValueError(f"unknown variant {variant!r}: expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p], "
+                         "pingpong:BM:BN:STAGES or triton:BM:BN:BK:WARPS:STAGES[:p]")
     bn, stages = int(parts[1]), int(parts[2])
     return configs.TileConfig(128, min(bn, 128) if swiglu else bn, 64, 8, stages, tma=True, gluon_ws=True,
                               persistent=parts[3:] == ["p"], source=variant)
@@ -148,8 +154,8 @@ def main(argv=None) -> int:
         except (ValueError, IndexError):
             bad.append(v)
     if bad:
-        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p] or "
-                 "pingpong:BM:BN:STAGES)")
+        ap.error(f"--variants: unknown {', '.join(bad)} (expected {', '.join(VARIANTS)}, gluon:BN:STAGES[:p], "
+                 "pingpong:BM:BN:STAGES or triton:BM:BN:BK:WARPS:STAGES[:p])")
     result = {"commit": os.environ.get("MODELD_COMMIT"), "M": a.m, "dry_run": a.dry_run,
               "cublas_ceiling_tflops": CUBLAS_CEILING_TFLOPS, "variants": {}}
     for v in variants:

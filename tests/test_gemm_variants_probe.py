@@ -68,6 +68,16 @@ def test_explicit_gluon_tiles_parse():
     assert swiglu.block_n == 128 and plain.gluon_ws and plain.persistent and plain.tma
     assert not gv.variant_tile("gluon:128:3", False).persistent
     assert gv.variant_tile("tuned", True) is None
-    for bad in ("gluon:256", "gluon:256:4:x", "cublas"):
+    for bad in ("gluon:256", "gluon:256:4:x", "cublas", "triton:128:128:64:8", "triton:128:128:64:8:3:x"):
         with pytest.raises(ValueError):
             gv.variant_tile(bad, False)
+    t = gv.variant_tile("triton:128:64:64:8:4:p", True)   # an explicit Triton tile, the same on every shape
+    assert (t.block_m, t.block_n, t.block_k, t.num_warps, t.num_stages) == (128, 64, 64, 8, 4)
+    assert t.persistent and t.tma and not t.gluon_ws and not gv.variant_tile("triton:128:128:64:8:3", True).persistent
+
+
+def test_an_explicit_triton_tile_runs_in_the_interpreter(tmp_path):
+    res, _ = _run(tmp_path, "--variants", "triton:64:32:32:4:2:p")
+    v = res["variants"]["triton:64:32:32:4:2:p"]
+    assert v["status"] == "ok" and len(v["rows"]) == 5, v
+    assert all("persistent=True" in r["tile"] and r["numerics_ok"] for r in v["rows"]), v["rows"]
