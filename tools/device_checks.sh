@@ -56,7 +56,8 @@ case "$step" in
     # suite before any default flips
     timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
       tests/kernels/test_gdn.py tests/kernels/test_gdn_variants.py tests/kernels/test_conv1d.py \
-      -k "gluon or bd or auto_one_pass or tiles_and_split" \
+      tests/kernels/test_linear.py -k "attention_gluon or gluon_prefill or bd or auto_one_pass or tiles_and_split or \
+      persistent_swiglu" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)

@@ -265,6 +265,15 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
                           source="$MODELD_GEMM_VARIANT=gluon-pingpong"),
         True: TileConfig(64, 128, 64, 4, 4, tma=True, gluon_ws=True, persistent=True, pingpong=True,
                          source="$MODELD_GEMM_VARIANT=gluon-pingpong")},
+    # persistent SwiGLU tiles under the register cap (session 26, offline: 128 x 64 on 8 warps 128 registers, 64 x 128
+    # on 4 warps 168, where s25's 128 x 128 took 255 and ran 0.825x; findings/gemm-persistent-swiglu-registers-
+    # offline.md); the plain shapes keep the default (None), so an engine A/B isolates the SwiGLU GEMM
+    "persistent-swiglu-128x64": {
+        False: None, True: TileConfig(128, 64, 64, 8, 4, tma=True, persistent=True,
+                                      source="$MODELD_GEMM_VARIANT=persistent-swiglu-128x64")},
+    "persistent-swiglu-64x128": {
+        False: None, True: TileConfig(64, 128, 64, 4, 4, tma=True, persistent=True,
+                                      source="$MODELD_GEMM_VARIANT=persistent-swiglu-64x128")},
 }
 
 
