@@ -517,10 +517,13 @@ def main(argv: list[str] | None = None) -> int:
             for loop in CAUSAL_LOOPS:
                 A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, loop=loop)
     if "prefill-gluon" in sections:  # the Gluon warp-specialized prefill beside the Triton one, incl. a 32k's last
-        for t, start in ((2048, 0), (8192, 0), (8192, 24576)):  # piece
-            # gluon-overlap: 0.78x of gluon in s26; gluon-pingpong: the s26 candidate (its warpgroups' wgmmas in turns)
-            for variant in ("flash", "gluon", "gluon-untrimmed", "gluon-pingpong"):
-                A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, variant=variant)
+        # piece; gluon-overlap: 0.78x of gluon in s26; gluon-pingpong (the s26 candidate, its warpgroups' wgmmas in
+        # turns, never run before s27) after every other row, so a hang in its turns loses none of them
+        shapes = ((2048, 0), (8192, 0), (8192, 24576))
+        for variants in (("flash", "gluon", "gluon-untrimmed"), ("gluon-pingpong",)):
+            for t, start in shapes:
+                for variant in variants:
+                    A.bench_attention_prefill(t, 24, 4, 256, reps, gen, start=start, variant=variant)
     if "suffix" in sections or "sweep-suffix" in sections:
         A.suffix_section(reps, gen, sweep="sweep-suffix" in sections)
     if "gemm" in sections:
