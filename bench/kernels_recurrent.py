@@ -220,9 +220,10 @@ def bench_conv(reps):
     for T in (2048, 8192):
         for tile in tt.PREFILL_TILES:
             for split in (False, True):
+                # the candidate's $MODELD_CONV_PREFILL name, for the engine A/B of a winner
                 label = "" if (tile, split) == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK) else \
-                    f",{tile[0]}x{tile[1]}w{tile[2]}{',split' if split else ''}"
-                with _gdn_switched(attrs={"PREFILL_TILE": tile, "SPLIT_FIRST_BLOCK": split}, module=tt):
+                    f",{tt.candidate_name(tile, split)}"
+                with _switched(attrs={"PREFILL_TILE": tile, "SPLIT_FIRST_BLOCK": split}, module=tt):
                     case(f"conv1d_prefill(strided{label})", f"T{T} C{C} W{W}",
                          lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
                          tt.causal_conv1d_prefill, None, reps)
@@ -260,7 +261,7 @@ def bench_gdn_decode_rows(reps):
 
 
 @contextlib.contextmanager
-def _gdn_switched(env: dict | None = None, attrs: dict | None = None, module=None):
+def _switched(env: dict | None = None, attrs: dict | None = None, module=None):
     """One row's switches: environment variables (bench._env.env_set) and attributes of `module` (default
     `modeld.kernels.gdn.triton`), put back after."""
     from bench._env import env_set
@@ -334,16 +335,16 @@ def bench_gdn(reps):
         # paths: its reference and token loop add minutes. $MODELD_GDN_CHUNK is read per call, so each row's graphs
         # capture its own kernels.
         if not GDN_ROWS:
-            with _gdn_switched({tt.CHUNK_ENV: "v1"}):
+            with _switched({tt.CHUNK_ENV: "v1"}):
                 row("gdn_prefill(chunked)", reference=ref.gdn_prefill_chunked if T < 8192 else None)
                 if T == 4096:
-                    with _gdn_switched(attrs={"DOT_PRECISION": "ieee"}):
+                    with _switched(attrs={"DOT_PRECISION": "ieee"}):
                         row("gdn_prefill(chunked,ieee)")
-        with _gdn_switched({tt.CHUNK_ENV: "v2"}):
+        with _switched({tt.CHUNK_ENV: "v2"}):
             row("gdn_prefill(chunked,v2)")
             for label, env, attrs in gdn_v2_variants(T):
                 if not GDN_ROWS or any(text in label for text in GDN_ROWS):
-                    with _gdn_switched(env, attrs):
+                    with _switched(env, attrs):
                         row(f"gdn_prefill(chunked,v2{label})")
         if T < 8192 and not GDN_ROWS:
             row("gdn_prefill(recurrent)", fn=tt._gdn_prefill_recurrent)

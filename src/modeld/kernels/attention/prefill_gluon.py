@@ -189,18 +189,17 @@ def _consumer(q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr,
         mbarrier.arrive(empty.index((n - 1) % S), count=1)
     else:
         # TRIM: tiles [0, n_full) lie wholly at or below this warpgroup's first row (no mask), [n_full, n_mine) cross
-        # its diagonal, [n_mine, n) are past its last visible key (warpgroup 0's last tile or so): only released
+        # its diagonal, [n_mine, n) are past its last visible key (warpgroup 0's last tile or so): only released.
+        # PINGPONG: the two warpgroups issue their wgmmas in turns (Q Kᵀ of tile i by 0 then 1, P V of tile i by 0
+        # then 1, ...), so one's softmax runs while the other's products do (FA3's inter-warpgroup schedule); only the
+        # tiles both compute (n_pair, warpgroup 0's n_mine) take turns
         n_mine = n
         n_full = 0
+        n_pair = n
         if TRIM:
             p0 = start + row0 + HALF_ID * BM
             n_mine = gl.cdiv(gl.minimum(p0 + BM, hi), BN)
             n_full = gl.minimum((p0 + 1) // BN, n_mine)
-        # PINGPONG: the two warpgroups issue their wgmmas in turns (Q Kᵀ of tile i by 0 then 1, P V of tile i by 0
-        # then 1, ...), so one's softmax runs while the other's products do (FA3's inter-warpgroup schedule); only the
-        # tiles both compute (warpgroup 0's n_mine) take turns
-        n_pair = n
-        if TRIM:
             n_pair = gl.cdiv(gl.minimum(start + row0 + BM, hi), BN)
         for i in range(n_full):
             acc, m_i, l_i = _tile(q, k_bufs, v_bufs, empty, ready, turn, i, q_pos, hi, qk_scale, acc, m_i, l_i,
@@ -253,11 +252,11 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, g_ptr, o_ptr, T, start, qk_sca
         mbarrier.init(ready.index(i), count=1)
     gl.warp_specialize([
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr, T, start, row0, hi, h,
-                     qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, TRIM, PINGPONG, num_warps)),
+                     qk_scale, stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 0, OVERLAP, TRIM, PINGPONG,
+                     num_warps)),
         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, empty, ready, turn, g_ptr, o_ptr, T, start, row0, hi, h,
-                     qk_scale,
-                     stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, TRIM, PINGPONG, num_warps)),
+                     qk_scale, stride_gt, stride_gh, stride_ot, stride_oh, HAS_GATE, 1, OVERLAP, TRIM, PINGPONG,
+                     num_warps)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, empty, ready, row0, h * stride_qh,
                      (h // GQA) * stride_ch, hi)),
     ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
