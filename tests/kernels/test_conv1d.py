@@ -47,7 +47,7 @@ TILE_CASES_CPU = [(1, 130, 4), (97, 300, 4), (70, 40, 1)]
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-launch", "split-first"])
-@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[f"{t}x{c}w{w}" for t, c, w in tt.PREFILL_TILES])
+@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[tt.candidate_name(t, False) for t in tt.PREFILL_TILES])
 def test_prefill_tiles_and_split_match_reference(tile, split, gen, device, monkeypatch):
     monkeypatch.setattr(tt, "PREFILL_TILE", tile)
     monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)
@@ -71,7 +71,7 @@ def test_prefill_env_picks_a_candidate_and_rejects_others(gen, device, monkeypat
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", [False, True], ids=["one-launch", "split-first"])
-@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[f"{t}x{c}w{w}" for t, c, w in tt.PREFILL_TILES])
+@pytest.mark.parametrize("tile", tt.PREFILL_TILES, ids=[tt.candidate_name(t, False) for t in tt.PREFILL_TILES])
 def test_gpu_prefill_tiles_and_split(tile, split, gen, device, monkeypatch):
     monkeypatch.setattr(tt, "PREFILL_TILE", tile)
     monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)

@@ -126,7 +126,7 @@ def test_batched_series_compiles_to_fewer_tensor_core_steps_offline():
     series' wgmmas (s26: 208 -> 64 HGMMA plus 72 mma.sync HMMA) and removes the spill (20 -> 0 B)."""
     code = r'''
 import re, torch
-from bench.feasibility import _compile_offline, cuobjdump_sass
+from bench.feasibility import _compile_offline, cuobjdump_sass, ptxas_sm90
 from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
 T, Hk, Hv, D = 256, 16, 48, 128
 k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
@@ -138,7 +138,6 @@ for bd in (False, True):
     kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
               INV_PRECISION="tf32x3", SUB=16, BATCHED_SERIES=bd, num_warps=4, num_stages=1)
     kern, regs, spill = _compile_offline(K, args, kw)
-    from bench.feasibility import ptxas_sm90
     sass = cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep")[1])
     print(f"BD bd={int(bd)} regs={regs} spill={spill or 0} hgmma={sass.count('HGMMA')} hmma={sass.count(' HMMA')}")
 '''
