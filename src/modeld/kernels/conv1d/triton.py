@@ -21,7 +21,7 @@ from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.conv1d.reference import check_conv_inputs
 
-__all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPLIT_FIRST_BLOCK", "candidate_name"]
+__all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPLIT_FIRST_BLOCK"]
 
 # The prefill's (BLOCK_T, BLOCK_C, num_warps); BLOCK_T >= W - 1 keeps every state read inside the first T-block.
 # H200 (certs/kernels-recurrent-h200.json): 64 x 128 x 4 takes 226.6 us at T 8192, C 10240 (0.35 of the copy floor);
