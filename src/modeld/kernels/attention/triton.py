@@ -66,10 +66,11 @@ PREFILL_VARIANTS = ("auto", "flash", "split") + GLUON_PREFILL_VARIANTS
 # The one-pass kernel "auto" runs: "triton" (`_prefill_kernel`) or "gluon" / "gluon-pingpong"
 # (attention/prefill_gluon.py where `usable`, else `_prefill_kernel`; "flash" stays the Triton kernel for A/Bs).
 # H200 session 26: the trimmed Gluon kernel 1.13-1.17x the Triton one, cold 32k 0.993x
-# (findings/attention-prefill-gluon-measured-h200-s26.md); "gluon" after a certification with
-# $MODELD_ATTN_PREFILL=gluon passes every gate and the whole GPU suite runs with it.
+# (findings/attention-prefill-gluon-measured-h200-s26.md). Default "gluon" since session 27: again 1.13-1.17x
+# (ping-pong 1.03-1.10x: not taken), every certification gate PASS with it
+# (findings/qwen3_5-27b-recertification-s27-h200.md).
 ONE_PASS_KERNELS = ("triton", "gluon", "gluon-pingpong")
-ONE_PASS_KERNEL = "triton"
+ONE_PASS_KERNEL = "gluon"
 # The one-pass prefill's key loop: "masked" = one loop, every tile masked (load bounds and the causal select);
 # "split" = the tiles below the block's first position in a loop without masks, then the diagonal tiles masked
 # (the split of Triton's fused-attention tutorial); "split-lazy" = "split" whose unmasked loop rescales the

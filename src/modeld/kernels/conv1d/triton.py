@@ -26,9 +26,11 @@ __all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPL
 # The prefill's (BLOCK_T, BLOCK_C, num_warps); BLOCK_T >= W - 1 keeps every state read inside the first T-block.
 # H200 (certs/kernels-recurrent-h200.json): 64 x 128 x 4 takes 226.6 us at T 8192, C 10240 (0.35 of the copy floor);
 # the session-26 cold 32k spends 54 ms in it. Candidates for bench/kernels_recurrent.py's conv rows: PREFILL_TILES.
-PREFILL_TILE = (64, 128, 4)
+# Session 27 (H200, the engine's strided input, T 8192): 64x128w4 221.9 us, with the first block split off 156.0,
+# 32x256w4-split 156.7 (T 2048: 62.1 / 48.2 / 47.7): 32 x 256 x 4 + split is the default, certified with it.
+PREFILL_TILE = (32, 256, 4)
 PREFILL_TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8), (32, 256, 4))
-SPLIT_FIRST_BLOCK = False
+SPLIT_FIRST_BLOCK = True
 # $MODELD_CONV_PREFILL (read per call) names a candidate for an engine A/B: "<BLOCK_T>x<BLOCK_C>w<warps>", "-split"
 # appended for SPLIT_FIRST_BLOCK, e.g. "64x256w8-split"
 PREFILL_ENV = "MODELD_CONV_PREFILL"

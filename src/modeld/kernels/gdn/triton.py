@@ -119,14 +119,14 @@ V2_PASS_PRECISION = "fp16"
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
 # "product-bd" = "product" with its series on the four 16×16 diagonal blocks as batched products (1/16 of the
-# series' work; session 26, CPU and offline only so far); "substitution" = v1's 63-step prep, so a benchmark can
+# series' work; session 26; default since session 27: H200 v2 prefill 0.88x at T 4096 / 8192, 0.74x at T 512); "substitution" = v1's 63-step prep, so a benchmark can
 # split the gain between a prep and the state/output split.
 # Default "product" since session 21: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us at T 4096 /
 # 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k prefill 0.990x; GPU tests of
 # every prep on correlated keys pass (KNOWLEDGE/ah-ha/gdn-chunk-inverse-as-tile-products-needs-tf32x3.md)
 PREP_ENV = "MODELD_GDN_PREP"
 PREP_KINDS = ("blocked", "product", "product-bd", "substitution")
-V2_PREP = "product"
+V2_PREP = "product-bd"
 # the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
 # inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
 INV_PRECISION = "tf32x3"
