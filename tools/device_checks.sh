@@ -4,7 +4,7 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s26: Gluon attention, product-bd)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s27: auto switch, bucket bytes)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -51,13 +51,10 @@ case "$step" in
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s26: the Gluon attention incl. "auto" with ONE_PASS_KERNEL =
-    # "gluon", the GDN product-bd prep at 27B sizes and on correlated keys, the conv prefill candidates); the whole
-    # suite before any default flips
+    # the new / changed GPU tests of the last session (s27: the auto switch's one-pass case at 800 tokens, the suffix
+    # bucket's pool bytes measured with the cache emptied on both sides); the whole suite before any default flips
     timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
-      tests/kernels/test_gdn.py tests/kernels/test_gdn_variants.py tests/kernels/test_conv1d.py \
-      tests/kernels/test_linear.py -k "attention_gluon or gluon_prefill or bd or auto_one_pass or tiles_and_split or \
-      persistent_swiglu" \
+      tests/engine/test_engine_triton_binding.py -k "auto_one_pass or suffix_bucket" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)

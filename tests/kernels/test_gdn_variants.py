@@ -108,14 +108,19 @@ def _correlated_prefill_per_setting(env, values, n, gen, device, monkeypatch):
 def test_batched_series_is_the_whole_tile_series(inv, gen, device, monkeypatch):
     """$MODELD_GDN_PREP=product-bd runs the same series on the diagonal 16x16 blocks only (the whole-tile products'
     other blocks are exact zeros): on near-parallel keys (Ld's powers up to ~6e3) its output and state match the
-    whole-tile product prep's to fp32 summation order, and both hold the reference."""
+    whole-tile product prep's to fp32 summation order, and both hold the reference.
+
+    The bound: fp32's ε (1.2e-7) times the series' largest power entries (C(15, 8) ≈ 6.4e3) ≈ 7.7e-4 of the state's
+    scale at worst. The interpreter's fp32 dots sum in the host BLAS's order: 24 draws on one sandbox CPU gave
+    1.2e-5 .. 7.9e-5 (session 27; the earlier 1e-5 held only on some hosts,
+    KNOWLEDGE/pitfalls/interpreter-fp32-dot-order-follows-host-blas.md); a series step missing is O(1)."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.INV_PRECISION_ENV, inv)
     monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
     got = _correlated_prefill_per_setting(tt.PREP_ENV, ("product", "product-bd"), 200, gen, device, monkeypatch)
     (o1, s1), (o2, s2) = got["product"], got["product-bd"]
     scale = float(s1.abs().max())
-    assert float((s1 - s2).abs().max()) <= 1e-5 * scale, (float((s1 - s2).abs().max()), scale)
+    assert float((s1 - s2).abs().max()) <= 4e-4 * scale, (float((s1 - s2).abs().max()), scale)
     assert float((o1 - o2).abs().max()) <= 2e-2 * float(o1.abs().max())  # bf16 outputs: one rounding apart at most
     monkeypatch.setenv(tt.PREP_ENV, "product-bd")
     check_correlated((200, 1, 2, 32, 16), gen, device, tf32=True)

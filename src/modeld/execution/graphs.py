@@ -62,3 +62,17 @@ class StepGraph:
             return self.fn()
         self.graph.replay()
         return self.output
+
+
+def reserved_after_empty_cache(device: torch.device) -> int:
+    """Bytes the CUDA caching allocator holds on `device` once its free cached blocks are released (0 off CUDA).
+
+    What a capture keeps is the difference of this before and after it, not of plain `memory_reserved`:
+    `torch.cuda.graph` empties the cache when it starts a capture, so the warm-up's freed temporaries leave the count
+    just as the graph's pool adds the same sizes back, and a plain difference can come out 0 for a pool of megabytes
+    (H200 session 27; KNOWLEDGE/pitfalls/graph-capture-empties-the-cache.md)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)

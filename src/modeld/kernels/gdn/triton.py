@@ -119,10 +119,11 @@ V2_PASS_PRECISION = "fp16"
 # substitution (`_chunk_prep_v2.py`); "product" = (I + L)⁻¹ from whole-tile tensor-core products
 # (`_chunk_prep_product.py`: no cross-warp reductions; the six products of its series at INV_PRECISION);
 # "product-bd" = "product" with its series on the four 16×16 diagonal blocks as batched products (1/16 of the
-# series' work; session 26; default since session 27: H200 v2 prefill 0.88x at T 4096 / 8192, 0.74x at T 512); "substitution" = v1's 63-step prep, so a benchmark can
-# split the gain between a prep and the state/output split.
-# Default "product" since session 21: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us at T 4096 /
-# 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k prefill 0.990x; GPU tests of
+# series' work; session 26; the default since session 27: H200 v2 prefill 0.88x at T 4096 / 8192, 0.74x at T 512,
+# every certification gate PASS, findings/qwen3_5-27b-recertification-s27-h200.md); "substitution" = v1's 63-step
+# prep, so a benchmark can split the gain between a prep and the state/output split.
+# "product" was the default from session 21 to 26: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us
+# at T 4096 / 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k 0.990x; GPU tests of
 # every prep on correlated keys pass (KNOWLEDGE/ah-ha/gdn-chunk-inverse-as-tile-products-needs-tf32x3.md)
 PREP_ENV = "MODELD_GDN_PREP"
 PREP_KINDS = ("blocked", "product", "product-bd", "substitution")

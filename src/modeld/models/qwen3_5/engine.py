@@ -24,7 +24,7 @@ from modeld.execution.arena import Arena
 from modeld.execution.bindings import KernelSet, default_kernels
 from modeld.execution.checkpoints import StateCheckpoints
 from modeld.execution.errors import GraphCaptureError, StateCapacityError, StateFormatError
-from modeld.execution.graphs import StepGraph
+from modeld.execution.graphs import StepGraph, reserved_after_empty_cache
 from modeld.execution.slot_engine import SlotEngine
 from modeld.execution.sources import TensorSource
 from modeld.models.qwen3_5.config import Qwen35Config
@@ -108,7 +108,7 @@ class Qwen35Engine(SlotEngine):
         pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
         self._buckets = [StepGraph(functools.partial(self._bucket_step, slot), dev, f"suffix step (slot {slot})",
                                    pool=pool) for slot in range(self.options.slots)]
-        reserved = torch.cuda.memory_reserved(dev) if dev.type == "cuda" else 0
+        reserved = reserved_after_empty_cache(dev)
         if self.graph.captured:
             try:
                 for g in self._buckets:
@@ -120,7 +120,7 @@ class Qwen35Engine(SlotEngine):
             self.state.zero_()
             self.logits.zero_()
         # what the captures kept (their shared memory pool): reported by bench/ttft_long.py
-        self.bucket_graph_bytes = torch.cuda.memory_reserved(dev) - reserved if dev.type == "cuda" else 0
+        self.bucket_graph_bytes = reserved_after_empty_cache(dev) - reserved
 
     def _bucket_step(self, slot: int) -> torch.Tensor:
         rows = torch.arange(self._bucket_ids.shape[0], device=self.device)
