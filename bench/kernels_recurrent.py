@@ -286,9 +286,13 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     """(row label suffix, env, gdn.triton attributes) of the v2 rows timed beside the default at sequence length T."""
     from modeld.kernels.gdn import triton as tt
 
-    # product-bd (the series as batched 16x16 products, session 26) at every length: a default candidate
-    rows = [(f",{prep}prep", {tt.PREP_ENV: prep}, {})
-            for prep in tt.PREP_KINDS if prep != tt.V2_PREP and (T == 4096 or prep in ("blocked", "product-bd"))]
+    # product-bd (the series as batched 16x16 products, session 26; the default since 27) and its two-launch form
+    # (session 27) at every length
+    rows = [(f",{prep}prep", {tt.PREP_ENV: prep}, {}) for prep in tt.PREP_KINDS
+            if prep != tt.V2_PREP and (T == 4096 or prep in ("blocked", "product-bd", "product-bd-split"))]
+    # the two-launch prep with its inverse capped at 168 registers (3 CTAs / SM offline) and with 8-warp U / W programs
+    rows.append((",product-bd-splitprep,r168", {tt.PREP_ENV: "product-bd-split"}, {"SPLIT_PREP_MAXNREG": 168}))
+    rows.append((",product-bd-splitprep,uw8", {tt.PREP_ENV: "product-bd-split"}, {"UW_WARPS": 8}))
     rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
     # the batched series at 8 warps: offline 190 registers, no spill (4 warps: 252)
     rows.append((",product-bdprep,w8", {tt.PREP_ENV: "product-bd"}, {"PRODUCT_PREP_WARPS": 8}))
@@ -441,6 +445,14 @@ def aot_kernels():
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
+        # "product-bd-split" (session 27): the inverse alone, then the U / W programs
+        ("gdn_split_inverse", prep3._chunk_inverse_kernel, dict(k_ptr=bf, a_ptr=bf, b_ptr=bf, alog_ptr=f32,
+         dtb_ptr=bf, x_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_at=i32, stride_bt=i32, Hv=i32, CHUNK=64,
+         PRECISION="tf32", INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
+         dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
+        ("gdn_split_uw", prep3._chunk_uw_kernel, dict(k_ptr=bf, v_ptr=bf, x_ptr=f32, gam_ptr=f32, w_ptr="*fp16",
+         u_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         **gdn_c), dict(num_warps=gdn_tt.UW_WARPS, num_stages=1)),
         ("gdn_v2_state_fp16", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,
          state_ptr=f32, h_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="fp16", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),

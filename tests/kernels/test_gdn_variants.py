@@ -126,6 +126,43 @@ def test_batched_series_is_the_whole_tile_series(inv, gen, device, monkeypatch):
     check_correlated((200, 1, 2, 32, 16), gen, device, tf32=True)
 
 
+@pytest.mark.parametrize("maxnreg, uw_warps", [(None, 8), (168, 4)], ids=["uw8", "r168"])
+def test_split_prep_knobs_match_reference(maxnreg, uw_warps, gen, device, monkeypatch):
+    """$MODELD_GDN_PREP=product-bd-split with its register cap / U-W warps as bench/kernels_recurrent.py times them:
+    an awkward shape from a non-zero state (a partial last chunk, Dv not a power of two) and near-parallel keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product-bd-split")
+    monkeypatch.setattr(tt, "SPLIT_PREP_MAXNREG", maxnreg)
+    monkeypatch.setattr(tt, "UW_WARPS", uw_warps)
+    check_gdn("gdn_prefill", (70, 2, 6, 64, 100), gen, device, slow_decay=True)
+    check_correlated((150, 1, 2, 32, 16), gen, device)
+
+
+def test_split_prep_is_the_one_launch_prep(gen, device, monkeypatch):
+    """The two-launch prep computes the one-launch prep's X and only moves β from V's rows to X's columns: at exact
+    (ieee) precision its state and output match product-bd's to fp32 rounding, also on near-parallel keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "ieee")
+    got = _correlated_prefill_per_setting(tt.PREP_ENV, ("product-bd", "product-bd-split"), 200, gen, device,
+                                          monkeypatch)
+    (o1, s1), (o2, s2) = got["product-bd"], got["product-bd-split"]
+    assert float((s1 - s2).abs().max()) <= 4e-4 * float(s1.abs().max())  # the bound of the batched-series test
+    assert float((o1 - o2).abs().max()) <= 2e-2 * float(o1.abs().max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("maxnreg, uw_warps", [(None, 4), (None, 8), (168, 4)], ids=["default", "uw8", "r168"])
+def test_gpu_split_prep_knobs(maxnreg, uw_warps, gen, device, monkeypatch):
+    """The same at 27B heads on the H200 (the register cap is a real compile option there)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product-bd-split")
+    monkeypatch.setattr(tt, "SPLIT_PREP_MAXNREG", maxnreg)
+    monkeypatch.setattr(tt, "UW_WARPS", uw_warps)
+    check_gdn("gdn_prefill", (500, 16, 48, 128, 128), gen, device, slow_decay=True)
+    check_correlated((500, 16, 48, 128, 128), gen, device)
+
+
 def test_batched_series_compiles_to_fewer_tensor_core_steps_offline():
     """Offline sm_90 at 27B heads (tf32x3 series, 4 warps, as launched): the batched series replaces the whole-tile
     series' wgmmas (s26: 208 -> 64 HGMMA plus 72 mma.sync HMMA) and removes the spill (20 -> 0 B)."""

@@ -26,6 +26,12 @@ whole 64×64 tiles spend 15 of every 16 multiply-adds on zero blocks (and with t
 64³ tile products). The batched form takes Ld's four 16×16 blocks out as a [4, 16, 16] tensor, runs the series as
 batched 16×16×16 products (1/16 of the work, short dependent steps), and puts D back as a 64×64 block-diagonal
 tile for the block-level products.
+
+SPLIT_UW ($MODELD_GDN_PREP=product-bd-split, session 27, not yet timed): the same X in two launches — the inverse
+alone (`_chunk_inverse_kernel`, X diag(β) to an fp32 scratch of Hv·T·64·4 B, 100 MB at T 8192 for the 27B), then U and
+W as independent programs (`_chunk_uw_kernel`, grid × 2). The one-launch prep holds U's and W's [64, 128] tiles and
+V, K̂ on top of the inverse's tiles (~250 registers at 4 warps, 2 CTAs per SM, a serial chain of ~10 products per
+program); each half holds less, so more programs overlap each other's dependent products.
 """
 
 from __future__ import annotations
@@ -79,19 +85,13 @@ def _block_diagonal_inverse(L, CHUNK: tl.constexpr, SUB: tl.constexpr, INV_PRECI
 
 
 @triton.jit
-def _chunk_prep_product_kernel(
-    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
-    T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
-    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
-    INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr = False,
+def _chunk_inverse(
+    k_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_kt, stride_at, stride_bt,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr,
+    PRECISION: tl.constexpr, INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr,
 ):
-    """Writes u, w [Hv, T, *] and gam [Hv, T] for chunk program_id(0), head program_id(1)."""
-    n = tl.program_id(0)
-    hv = tl.program_id(1)
+    """X = (I + L)⁻¹ [C, C], β and γ [C] of value head hv for rows ts (stores γ to gam [Hv, T])."""
     hk = hv // HEAD_RATIO
-    ts = n * CHUNK + tl.arange(0, CHUNK)
-    tmask = ts < T
     dk = tl.arange(0, BLOCK_K)
     K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)  # [C, BK] fp32
     # padded rows get β = 0: rows of 0 in L, so X is the identity there
@@ -113,14 +113,84 @@ def _chunk_prep_product_kernel(
     M = tl.dot(D, Lo, input_precision=PRECISION)
     Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)
     X = Y - tl.dot(M, Y, input_precision=PRECISION)
+    return X, beta, gam
 
+
+@triton.jit
+def _chunk_prep_product_kernel(
+    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
+    T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+    INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr = False,
+):
+    """Writes u, w [Hv, T, *] and gam [Hv, T] for chunk program_id(0), head program_id(1)."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    ts = n * CHUNK + tl.arange(0, CHUNK)
+    tmask = ts < T
+    X, beta, gam = _chunk_inverse(k_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_kt,
+                                  stride_at, stride_bt, HEAD_RATIO, DK, BLOCK_K, CHUNK, PRECISION, INV_PRECISION,
+                                  SUB, BATCHED_SERIES)
     dv = tl.arange(0, BLOCK_DV)
     V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
                 mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
     U = tl.dot(X, beta[:, None] * V, input_precision=PRECISION)
     # k̂ re-read (L2) rather than kept live through the inverse: holding it spilled more
-    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, hk * DK, dk, DK)
+    dk = tl.arange(0, BLOCK_K)
+    K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, (hv // HEAD_RATIO) * DK, dk, DK)
     W = tl.dot(X, (beta * tl.exp(gam))[:, None] * K, input_precision=PRECISION)
     rows = hv.to(tl.int64) * T + ts
     tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
     tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])
+
+
+@triton.jit
+def _chunk_inverse_kernel(
+    k_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, x_ptr, gam_ptr,
+    T, stride_kt, stride_at, stride_bt, Hv,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr,
+    PRECISION: tl.constexpr, INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr,
+):
+    """SPLIT_UW's first launch: X diag(β) [C, C] to x [Hv, T, C] and γ to gam [Hv, T] for chunk program_id(0),
+    head program_id(1) (β folded into X's columns: U = X diag(β) V, W = X diag(β) diag(e^γ) K̂)."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    ts = n * CHUNK + tl.arange(0, CHUNK)
+    tmask = ts < T
+    X, beta, gam = _chunk_inverse(k_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gam_ptr, ts, tmask, hv, T, stride_kt,
+                                  stride_at, stride_bt, HEAD_RATIO, DK, BLOCK_K, CHUNK, PRECISION, INV_PRECISION,
+                                  SUB, BATCHED_SERIES)
+    c = tl.arange(0, CHUNK)
+    rows = hv.to(tl.int64) * T + ts
+    tl.store(x_ptr + rows[:, None] * CHUNK + c[None, :], X * beta[None, :], mask=tmask[:, None])
+
+
+@triton.jit
+def _chunk_uw_kernel(
+    k_ptr, v_ptr, x_ptr, gam_ptr, w_ptr, u_ptr,
+    T, stride_kt, stride_vt, Hv,
+    HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """SPLIT_UW's second launch, for chunk program_id(0), head program_id(1): program_id(2) = 0 writes
+    U = X diag(β) V to u, 1 writes W = X diag(β) diag(e^γ) K̂ to w (both [Hv, T, *])."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    ts = n * CHUNK + tl.arange(0, CHUNK)
+    tmask = ts < T
+    rows = hv.to(tl.int64) * T + ts
+    c = tl.arange(0, CHUNK)
+    XB = tl.load(x_ptr + rows[:, None] * CHUNK + c[None, :], mask=tmask[:, None], other=0.0)
+    if tl.program_id(2) == 0:
+        dv = tl.arange(0, BLOCK_DV)
+        V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
+                    mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
+        U = tl.dot(XB, V, input_precision=PRECISION)
+        tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
+    else:
+        dk = tl.arange(0, BLOCK_K)
+        K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, (hv // HEAD_RATIO) * DK, dk, DK)
+        gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+        W = tl.dot(XB, tl.exp(gam)[:, None] * K, input_precision=PRECISION)
+        tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])

@@ -27,7 +27,7 @@ from modeld.kernels._checks import check_same_device, env_choice, interpreting
 from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
-from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel
+from modeld.kernels.gdn._chunk_prep_product import _chunk_inverse_kernel, _chunk_prep_product_kernel, _chunk_uw_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
 from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel,
                                                   _chunk_state_t_kernel)
@@ -121,12 +121,13 @@ V2_PASS_PRECISION = "fp16"
 # "product-bd" = "product" with its series on the four 16×16 diagonal blocks as batched products (1/16 of the
 # series' work; session 26; the default since session 27: H200 v2 prefill 0.88x at T 4096 / 8192, 0.74x at T 512,
 # every certification gate PASS, findings/qwen3_5-27b-recertification-s27-h200.md); "substitution" = v1's 63-step
-# prep, so a benchmark can split the gain between a prep and the state/output split.
+# prep, so a benchmark can split the gain between a prep and the state/output split; "product-bd-split" = "product-bd"
+# in two launches, the inverse alone then U / W (`_chunk_prep_product.py` SPLIT_UW; session 27, not yet timed).
 # "product" was the default from session 21 to 26: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us
 # at T 4096 / 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k 0.990x; GPU tests of
 # every prep on correlated keys pass (KNOWLEDGE/ah-ha/gdn-chunk-inverse-as-tile-products-needs-tf32x3.md)
 PREP_ENV = "MODELD_GDN_PREP"
-PREP_KINDS = ("blocked", "product", "product-bd", "substitution")
+PREP_KINDS = ("blocked", "product", "product-bd", "product-bd-split", "substitution")
 V2_PREP = "product-bd"
 # the product prep's D = (I + Ld)⁻¹ series: powers of Ld grow with the keys' correlation, and plain tf32 loses the
 # inverse there (CPU emulation of tf32 rounding, correlated keys: |ΔX| 0.4; tf32x3 1e-3, like the blocked prep)
@@ -143,6 +144,13 @@ INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # spill, two CTAs per SM (66 KB shared each). H200 session 22: 4 warps 0.83x (v2 prefill at T 4096 1364 -> 1131 us,
 # T 8192 2682 -> 2211; optimizations/gdn-product-prep-four-warps.md); "productprep,w8" in bench/kernels_recurrent.py.
 PRODUCT_PREP_WARPS = 4
+# Warps of "product-bd-split"'s U / W programs (one [64, 64] x [64, 128] product each; offline sm_90 at 27B heads:
+# 4 warps 117 registers, 8 warps 62)
+UW_WARPS = 4
+# Register cap of "product-bd-split"'s inverse launch (None: the compiler's choice). Offline sm_90, 27B heads, 4 warps:
+# 194 registers uncapped (2 CTAs / SM, like the one-launch prep's 252); capped at 168 three CTAs fit (65.8 KB shared
+# each) with a 48 B spill under the tf32x3 series, none under fp16x3 (session 27, not yet timed)
+SPLIT_PREP_MAXNREG: int | None = None
 
 
 def chunk_version() -> str:
@@ -279,6 +287,27 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
+    if kind == "product-bd-split":
+        _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv)
+    else:
+        _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv, kind)
+    if version == "v2":
+        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision)
+        return o
+    block_v = min(32, block_dv)
+    _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
+        q, k, w, u, gam, state, o,
+        T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
+        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_V=block_v, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
+    )
+    return o
+
+
+def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv, kind):
+    """The one-launch preps: U, W, γ of every chunk and value head. Mutates w, u, gam."""
+    T, Hk, Dk = k.shape
+    Hv, Dv = v.shape[1], v.shape[2]
     prep, extra, warps = _chunk_prep_kernel, {}, 8
     if kind == "blocked":
         prep = _chunk_prep_blocked_kernel
@@ -291,17 +320,24 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
         num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
-    if version == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision)
-        return o
-    block_v = min(32, block_dv)
-    _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
-        q, k, w, u, gam, state, o,
-        T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
-        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_V=block_v, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
-        num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
-    )
-    return o
+
+
+def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv):
+    """"product-bd-split": X diag(β) of every chunk to an fp32 scratch [Hv, T, CHUNK], then U and W from it in
+    separate programs. Mutates w, u, gam."""
+    T, Hk, Dk = k.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    x = torch.empty((Hv, T, CHUNK), dtype=torch.float32, device=v.device)
+    chunks = triton.cdiv(T, CHUNK)
+    _chunk_inverse_kernel[(chunks, Hv)](
+        k, a, b, A_log, dt_bias, x, gam, T, k.stride(0), a.stride(0), b.stride(0), Hv,
+        HEAD_RATIO=Hv // Hk, DK=Dk, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=True, num_warps=PRODUCT_PREP_WARPS, num_stages=1,
+        **({"maxnreg": SPLIT_PREP_MAXNREG} if SPLIT_PREP_MAXNREG else {}))
+    _chunk_uw_kernel[(chunks, Hv, 2)](
+        k, v, x, gam, w, u, T, k.stride(0), v.stride(0), Hv,
+        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        num_warps=UW_WARPS, num_stages=1)
 
 
 def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision):
