@@ -52,9 +52,11 @@ case "$step" in
     ;;
   tests-new)
     # the new / changed GPU tests of the last session (s27: the auto switch's one-pass case at 800 tokens, the suffix
-    # bucket's pool bytes measured with the cache emptied on both sides); the whole suite before any default flips
+    # bucket's pool bytes measured with the cache emptied on both sides, the two-launch GDN prep's knobs); the whole
+    # suite before any default flips
     timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
-      tests/engine/test_engine_triton_binding.py -k "auto_one_pass or suffix_bucket" \
+      tests/engine/test_engine_triton_binding.py tests/kernels/test_gdn_variants.py tests/kernels/test_gdn.py \
+      -k "auto_one_pass or suffix_bucket or split_prep or product-bd-split" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)
@@ -71,7 +73,8 @@ case "$step" in
     # the s26 product-bd prep at every length)
     timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/conv" --only conv --reps 20 2>&1 \
       | grep --line-buffered -E "conv1d_prefill\(strided"
-    # GDN_ROWS (e.g. product-bd): only the default v2 row and those variants (bench --gdn-rows), for a short call
+    # GDN_ROWS (e.g. product-bd, which also matches s27's product-bd-split rows): only the default v2 row and those
+    # variants (bench --gdn-rows), for a short call
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 \
       --gdn-rows "${GDN_ROWS:-}" 2>&1 | grep --line-buffered -E "gdn_prefill\(chunked,v2"
     ;;
