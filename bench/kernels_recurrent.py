@@ -293,6 +293,9 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     # the two-launch prep with its inverse capped at 168 registers (3 CTAs / SM offline) and with 8-warp U / W programs
     rows.append((",product-bd-splitprep,r168", {tt.PREP_ENV: "product-bd-split"}, {"SPLIT_PREP_MAXNREG": 168}))
     rows.append((",product-bd-splitprep,uw8", {tt.PREP_ENV: "product-bd-split"}, {"UW_WARPS": 8}))
+    # the state pass reading the prep's decayed keys (session 28), after either product-bd prep
+    rows.append((",kpre", {tt.STATE_KPRE_ENV: "1"}, {}))
+    rows.append((",product-bd-splitprep,kpre", {tt.PREP_ENV: "product-bd-split", tt.STATE_KPRE_ENV: "1"}, {}))
     rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
     # the batched series at 8 warps: offline 190 registers, no spill (4 warps: 252)
     rows.append((",product-bdprep,w8", {tt.PREP_ENV: "product-bd"}, {"PRODUCT_PREP_WARPS": 8}))
@@ -425,23 +428,23 @@ def aot_kernels():
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32", **gdn_c),
          dict(num_warps=8, num_stages=1)),
         ("gdn_product_prep", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
-         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, kd_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=False, **gdn_c), dict(num_warps=8, num_stages=1)),
         ("gdn_v2_state", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32,
-         state_ptr=f32, h_ptr=f32, T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
+         state_ptr=f32, h_ptr=f32, kd_ptr=f32, T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="tf32", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=1)),
         ("gdn_v2_output", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
          h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
          BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="tf32", **gdn_c),
          dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
         ("gdn_prep_fp16x3", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
-         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr=f32, u_ptr=f32, gam_ptr=f32, kd_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION="fp16x3", SUB=16, BATCHED_SERIES=False, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_prep_bd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
-         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32, stride_vt=i32,
          stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
@@ -451,11 +454,21 @@ def aot_kernels():
          PRECISION="tf32", INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_split_uw", prep3._chunk_uw_kernel, dict(k_ptr=bf, v_ptr=bf, x_ptr=f32, gam_ptr=f32, w_ptr="*fp16",
-         u_ptr=f32, T=i32, stride_kt=i32, stride_vt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         u_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32, stride_vt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          **gdn_c), dict(num_warps=gdn_tt.UW_WARPS, num_stages=1)),
         ("gdn_v2_state_fp16", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,
-         state_ptr=f32, h_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
+         state_ptr=f32, h_ptr="*fp16", kd_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="fp16", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),
+        # KPRE (session 28): the prep also writes the decayed keys, the state pass loads them as a dot operand
+        ("gdn_prep_bd_kd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32,
+         stride_vt=i32, stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, KD_OUT=True, **gdn_c),
+         dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
+        ("gdn_v2_state_kpre", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,
+         state_ptr=f32, h_ptr="*fp16", kd_ptr="*fp16", T=i32, stride_kt=i32, DV=128,
+         BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64, PRECISION="fp16", KPRE=True, **gdn_c),
+         dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),
         ("gdn_v2_out_fp16", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
          h_ptr="*fp16", o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
          BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="fp16", **gdn_c),

@@ -143,6 +143,7 @@ GDN_CANDIDATES = {   # the opt-in GDN prefill switches of session 22, alone and 
     "output-loop": {"MODELD_GDN_OUTPUT_LOOP": "2,64,4,2"},
     "fp16x3-series": {"MODELD_GDN_INV_PRECISION": "fp16x3"},
     "state-transposed": {"MODELD_GDN_STATE_T": "1"},
+    "state-kpre": {"MODELD_GDN_STATE_KPRE": "1"},   # session 28; not with the transposed state ("all")
     "all": {"MODELD_GDN_PASS_PRECISION": "fp16", "MODELD_GDN_OUTPUT_LOOP": "2,64,4,2",
             "MODELD_GDN_INV_PRECISION": "fp16x3", "MODELD_GDN_STATE_T": "1"},
 }

@@ -1,7 +1,8 @@
 """The opt-in Gated DeltaNet prefill variants of session 22 against the reference (and each other): the output pass's
 chunk loop ($MODELD_GDN_OUTPUT_LOOP), fp16 operands in the state / output passes ($MODELD_GDN_PASS_PRECISION), the
 product prep's fp16x3 series ($MODELD_GDN_INV_PRECISION), its series as batched 16x16 products ($MODELD_GDN_PREP=
-product-bd, session 26) and the transposed state pass ($MODELD_GDN_STATE_T)."""
+product-bd, session 26), the transposed state pass ($MODELD_GDN_STATE_T) and the state pass reading the prep's
+decayed keys ($MODELD_GDN_STATE_KPRE, session 28)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,86 @@ def test_gpu_split_prep_knobs(maxnreg, uw_warps, gen, device, monkeypatch):
     check_correlated((500, 16, 48, 128, 128), gen, device)
 
 
+KPRE_CASES = [(70, 2, 6, 64, 100), (300, 1, 2, 32, 16), (130, 2, 4, 128, 128)]
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+@pytest.mark.parametrize("prep", ["product-bd", "product-bd-split"])
+@pytest.mark.parametrize("case", KPRE_CASES, ids=case_ids(KPRE_CASES))
+def test_prefill_v2_state_kpre_matches_reference(case, prep, precision, gen, device, monkeypatch):
+    """$MODELD_GDN_STATE_KPRE=1: the state pass reading the decayed keys the prep wrote (in W's dtype: fp16 under the
+    fp16 passes), after either product-bd prep; Dv not a power of 2, a partial last chunk, 5 chunks."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_KPRE_ENV, "1")
+    monkeypatch.setenv(tt.STATE_T_ENV, "0")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, precision)
+    if precision == "fp16":
+        check_tf32_rounded(case, gen, device)
+    else:
+        check_gdn("gdn_prefill", case, gen, device, slow_decay=True)
+
+
+class _ZeroKeysUnderKpre:
+    """`_chunk_state_kernel` with its k argument zeroed in every launch that asks for KPRE."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(k, *args, **kwargs):
+            return self.kernel[grid](torch.zeros_like(k) if kwargs.get("KPRE") else k, *args, **kwargs)
+        return launch
+
+
+@pytest.mark.parametrize("prep", ["product-bd", "product-bd-split"])
+def test_state_kpre_reads_the_prep_keys_not_k(prep, gen, device, monkeypatch):
+    """Under KPRE the state pass's key operand comes from the prep's kd alone: with k zeroed in the state pass only,
+    state and output still match the plain pass's (exact passes: fp32 rounding apart, the l2 norm summed in another
+    kernel's order); a KPRE pass that still read k would update with zero keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_T_ENV, "0")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    monkeypatch.setattr(tt, "_chunk_state_kernel", _ZeroKeysUnderKpre(tt._chunk_state_kernel))
+    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tt.STATE_KPRE_ENV, flag)
+        s = state.clone()
+        outs[flag] = (tt.gdn_prefill(*args, s), s)
+    assert_close(outs["1"][1], outs["0"][1], tol=tolerance(torch.float32), what="state")
+    assert_close(outs["1"][0], outs["0"][0])
+
+
+@pytest.mark.parametrize("env", [{"MODELD_GDN_STATE_KPRE": "2"},
+                                 {"MODELD_GDN_STATE_KPRE": "1", "MODELD_GDN_PREP": "blocked"},
+                                 {"MODELD_GDN_STATE_KPRE": "1", "MODELD_GDN_STATE_T": "1"}],
+                         ids=["bad-value", "blocked-prep", "transposed-state"])
+def test_state_kpre_rejects_what_it_cannot_run(env, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    *args, state = gdn_inputs(70, 1, 2, 32, 16, gen, device, False)
+    with pytest.raises(KernelValueError, match=tt.STATE_KPRE_ENV):
+        tt.gdn_prefill(*args, state)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prep", ["product-bd", "product-bd-split"])
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU, ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_state_kpre(case, decay, prep, gen, device, monkeypatch):
+    """KPRE at 27B sizes with the default fp16 passes, after either product-bd prep, and on correlated keys."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_KPRE_ENV, "1")
+    monkeypatch.setenv(tt.STATE_T_ENV, "0")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        check_correlated(case, gen, device, tf32=True)
+
+
 def test_batched_series_compiles_to_fewer_tensor_core_steps_offline():
     """Offline sm_90 at 27B heads (tf32x3 series, 4 warps, as launched): the batched series replaces the whole-tile
     series' wgmmas (s26: 208 -> 64 HGMMA plus 72 mma.sync HMMA) and removes the spill (20 -> 0 B)."""
@@ -174,7 +255,7 @@ T, Hk, Hv, D = 256, 16, 48, 128
 k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
 a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
 w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
-args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, T, k.stride(0), v.stride(0), a.stride(0),
+args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, w, T, k.stride(0), v.stride(0), a.stride(0),
         b.stride(0), Hv]
 for bd in (False, True):
     kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",

@@ -60,12 +60,17 @@ def _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk, kmas
 
 @triton.jit
 def _chunk_state_kernel(
-    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr,
+    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr, kd_ptr,
     T, stride_kt,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+    KPRE: tl.constexpr = False,
 ):
-    """Mutates u (U → Vn), h (chunk-start states [Hv, n_chunks, DK, DV]) and state (initial → final)."""
+    """Mutates u (U → Vn), h (chunk-start states [Hv, n_chunks, DK, DV]) and state (initial → final).
+
+    KPRE: the update's key operand K̂ e^{γ_C−γ} is read from kd [Hv, T, DK] (the prep wrote it, in W's dtype) instead
+    of being built here from k and γ every step: the load then feeds the dot directly, so the pipeliner can prefetch
+    it with W, and the step loses the l2 norm's reduction and the exponentials from its serial chain."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // HEAD_RATIO
@@ -81,14 +86,23 @@ def _chunk_state_kernel(
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
     for c0 in range(0, T, CHUNK):
         tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ptr.dtype.element_ty), mask=svmask)
-        rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
-                                                            kmask, DK, CHUNK)
+        if KPRE:
+            ts = c0 + tl.arange(0, CHUNK)
+            tmask = ts < T
+            rows = hv.to(tl.int64) * T + ts
+            gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + tl.minimum(c0 + CHUNK, T) - 1)
+            Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+            Kd = tl.load(kd_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        else:
+            rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
+                                                                kmask, DK, CHUNK)
+            Kd = K * tl.exp(gam_c - gam)[:, None]
         u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
         umask = tmask[:, None] & vmask[None, :]
         Uc = tl.load(u_ptrs, mask=umask, other=0.0)
         Vn = Uc - _mm(Wc, S, PRECISION)  # [C, BV]
         tl.store(u_ptrs, Vn, mask=umask)  # same program read these elements just above: no race
-        S = tl.exp(gam_c) * S + _mm(tl.trans(K * tl.exp(gam_c - gam)[:, None]), Vn, PRECISION)
+        S = tl.exp(gam_c) * S + _mm(tl.trans(Kd), Vn, PRECISION)
     tl.store(s_ptrs, S, mask=svmask)
 
 

@@ -117,14 +117,25 @@ def _chunk_inverse(
 
 
 @triton.jit
+def _store_decayed_keys(kd_ptr, K, gam, c0, ts, tmask, rows, dk, T, DK: tl.constexpr, CHUNK: tl.constexpr):
+    """K̂ e^{γ_C−γ} [C, BK] (γ_C: γ of the chunk's last row before T), the state update's key operand, to kd [Hv, T, DK]
+    in kd's dtype (KD_OUT: `_chunk_state_kernel`'s KPRE reads it instead of building it every step)."""
+    gam_c = tl.sum(tl.where(ts == tl.minimum(c0 + CHUNK, T) - 1, gam, 0.0), axis=0)
+    tl.store(kd_ptr + rows[:, None] * DK + dk[None, :], (K * tl.exp(gam_c - gam)[:, None]).to(kd_ptr.dtype.element_ty),
+             mask=tmask[:, None] & (dk < DK)[None, :])
+
+
+@triton.jit
 def _chunk_prep_product_kernel(
-    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr,
+    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, w_ptr, u_ptr, gam_ptr, kd_ptr,
     T, stride_kt, stride_vt, stride_at, stride_bt, Hv,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
     INV_PRECISION: tl.constexpr, SUB: tl.constexpr, BATCHED_SERIES: tl.constexpr = False,
+    KD_OUT: tl.constexpr = False,
 ):
-    """Writes u, w [Hv, T, *] and gam [Hv, T] for chunk program_id(0), head program_id(1)."""
+    """Writes u, w [Hv, T, *] and gam [Hv, T] (and with KD_OUT kd [Hv, T, DK]) for chunk program_id(0), head
+    program_id(1)."""
     n = tl.program_id(0)
     hv = tl.program_id(1)
     ts = n * CHUNK + tl.arange(0, CHUNK)
@@ -139,8 +150,10 @@ def _chunk_prep_product_kernel(
     # k̂ re-read (L2) rather than kept live through the inverse: holding it spilled more
     dk = tl.arange(0, BLOCK_K)
     K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, (hv // HEAD_RATIO) * DK, dk, DK)
-    W = tl.dot(X, (beta * tl.exp(gam))[:, None] * K, input_precision=PRECISION)
     rows = hv.to(tl.int64) * T + ts
+    if KD_OUT:
+        _store_decayed_keys(kd_ptr, K, gam, n * CHUNK, ts, tmask, rows, dk, T, DK, CHUNK)
+    W = tl.dot(X, (beta * tl.exp(gam))[:, None] * K, input_precision=PRECISION)
     tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
     tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])
 
@@ -168,13 +181,15 @@ def _chunk_inverse_kernel(
 
 @triton.jit
 def _chunk_uw_kernel(
-    k_ptr, v_ptr, x_ptr, gam_ptr, w_ptr, u_ptr,
+    k_ptr, v_ptr, x_ptr, gam_ptr, w_ptr, u_ptr, kd_ptr,
     T, stride_kt, stride_vt, Hv,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+    KD_OUT: tl.constexpr = False,
 ):
     """SPLIT_UW's second launch, for chunk program_id(0), head program_id(1): program_id(2) = 0 writes
-    U = X diag(β) V to u, 1 writes W = X diag(β) diag(e^γ) K̂ to w (both [Hv, T, *])."""
+    U = X diag(β) V to u, 1 writes W = X diag(β) diag(e^γ) K̂ to w (both [Hv, T, *]) and with KD_OUT K̂ e^{γ_C−γ} to
+    kd."""
     n = tl.program_id(0)
     hv = tl.program_id(1)
     ts = n * CHUNK + tl.arange(0, CHUNK)
@@ -192,5 +207,7 @@ def _chunk_uw_kernel(
         dk = tl.arange(0, BLOCK_K)
         K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, (hv // HEAD_RATIO) * DK, dk, DK)
         gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
+        if KD_OUT:
+            _store_decayed_keys(kd_ptr, K, gam, n * CHUNK, ts, tmask, rows, dk, T, DK, CHUNK)
         W = tl.dot(XB, tl.exp(gam)[:, None] * K, input_precision=PRECISION)
         tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])

@@ -151,6 +151,14 @@ UW_WARPS = 4
 # 194 registers uncapped (2 CTAs / SM, like the one-launch prep's 252); capped at 168 three CTAs fit (65.8 KB shared
 # each) with a 48 B spill under the tf32x3 series, none under fp16x3 (session 27, not yet timed)
 SPLIT_PREP_MAXNREG: int | None = None
+# The state pass's key operand precomputed (session 28, not yet timed): the product preps also write K̂ e^{γ_C−γ}
+# [Hv, T, Dk] in W's dtype (fp16 under the fp16 passes: the same rounding the state pass's dot applied to it) and
+# `_chunk_state_kernel` (KPRE) loads it as a dot operand. Every step of the serial chain then loses a [64, 128] key
+# load that fed an l2-norm reduction and exponentials (not a dot operand, so never prefetched by the pipeliner). Cost:
+# one more [Hv, T, Dk] store in the prep (100 MB in fp16 at T 8192 for the 27B) and the buffer. $MODELD_GDN_STATE_KPRE
+# ("0" / "1", read per call) switches it; needs a product prep and the untransposed state pass.
+STATE_KPRE_ENV = "MODELD_GDN_STATE_KPRE"
+V2_STATE_KPRE = False
 
 
 def chunk_version() -> str:
@@ -188,6 +196,12 @@ def state_transposed() -> bool:
     """Whether the v2 state pass holds the state transposed: $MODELD_GDN_STATE_T ("0" / "1") if set, else
     V2_STATE_T. Raises KernelValueError."""
     return env_choice(STATE_T_ENV, "1" if V2_STATE_T else "0", ("0", "1")) == "1"
+
+
+def state_kpre() -> bool:
+    """Whether the v2 state pass reads the prep's decayed keys: $MODELD_GDN_STATE_KPRE ("0" / "1") if set, else
+    V2_STATE_KPRE. Raises KernelValueError."""
+    return env_choice(STATE_KPRE_ENV, "1" if V2_STATE_KPRE else "0", ("0", "1")) == "1"
 
 
 def pass_precision() -> str:
@@ -287,12 +301,18 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
+    kd = None
+    if version == "v2" and state_kpre():
+        if not kind.startswith("product") or state_transposed():
+            raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
+                                   f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
+        kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
     if kind == "product-bd-split":
-        _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv)
+        _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
     else:
-        _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv, kind)
+        _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, kind)
     if version == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision)
+        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision)
         return o
     block_v = min(32, block_dv)
     _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
@@ -304,27 +324,29 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     return o
 
 
-def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv, kind):
-    """The one-launch preps: U, W, γ of every chunk and value head. Mutates w, u, gam."""
+def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, kind):
+    """The one-launch preps: U, W, γ of every chunk and value head (the product preps: and the decayed keys to kd
+    unless it is None). Mutates w, u, gam, kd."""
     T, Hk, Dk = k.shape
     Hv, Dv = v.shape[1], v.shape[2]
-    prep, extra, warps = _chunk_prep_kernel, {}, 8
+    prep, extra, warps, kd_args = _chunk_prep_kernel, {}, 8, ()
     if kind == "blocked":
         prep = _chunk_prep_blocked_kernel
     elif kind in ("product", "product-bd"):
         prep, warps = _chunk_prep_product_kernel, PRODUCT_PREP_WARPS
-        extra = dict(INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=kind == "product-bd")
+        extra = dict(INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=kind == "product-bd", KD_OUT=kd is not None)
+        kd_args = (w if kd is None else kd,)
     prep[(triton.cdiv(T, CHUNK), Hv)](
-        k, v, a, b, A_log, dt_bias, w, u, gam,
+        k, v, a, b, A_log, dt_bias, w, u, gam, *kd_args,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
         num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
 
 
-def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv):
-    """"product-bd-split": X diag(β) of every chunk to an fp32 scratch [Hv, T, CHUNK], then U and W from it in
-    separate programs. Mutates w, u, gam."""
+def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv):
+    """"product-bd-split": X diag(β) of every chunk to an fp32 scratch [Hv, T, CHUNK], then U and W (and the decayed
+    keys unless kd is None) from it in separate programs. Mutates w, u, gam, kd."""
     T, Hk, Dk = k.shape
     Hv, Dv = v.shape[1], v.shape[2]
     x = torch.empty((Hv, T, CHUNK), dtype=torch.float32, device=v.device)
@@ -335,14 +357,14 @@ def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, block_k, block_dv)
         INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=True, num_warps=PRODUCT_PREP_WARPS, num_stages=1,
         **({"maxnreg": SPLIT_PREP_MAXNREG} if SPLIT_PREP_MAXNREG else {}))
     _chunk_uw_kernel[(chunks, Hv, 2)](
-        k, v, x, gam, w, u, T, k.stride(0), v.stride(0), Hv,
+        k, v, x, gam, w, u, w if kd is None else kd, T, k.stride(0), v.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
-        num_warps=UW_WARPS, num_stages=1)
+        KD_OUT=kd is not None, num_warps=UW_WARPS, num_stages=1)
 
 
-def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision):
-    """State pass then output pass (`_chunk_kernels_v2.py`) after the prep. Mutates u (U → Vn),
-    state (initial → final) and o."""
+def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision):
+    """State pass then output pass (`_chunk_kernels_v2.py`) after the prep (kd: the prep's decayed keys, or None).
+    Mutates u (U → Vn), state (initial → final) and o."""
     T, Hk, Dk = q.shape
     Hv, Dv = o.shape[1], o.shape[2]
     n_chunks = triton.cdiv(T, CHUNK)
@@ -351,9 +373,13 @@ def _launch_chunked_v2(q, k, w, u, gam, state, o, block_k, block_dv, precision):
                     device=o.device)
     common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision)
     bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
-    state_kernel = _chunk_state_t_kernel if state_transposed() else _chunk_state_kernel
-    state_kernel[(triton.cdiv(Dv, bv), Hv)](
-        k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
+    if state_transposed():
+        _chunk_state_t_kernel[(triton.cdiv(Dv, bv), Hv)](
+            k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
+    else:
+        _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
+            k, w, u, gam, state, h, w if kd is None else kd, T, k.stride(0), BLOCK_V=bv, num_warps=warps,
+            num_stages=V2_STATE_STAGES, KPRE=kd is not None, **common)
     loop = output_loop()
     if loop is not None:   # program p walks chunks p, p + P, ... (P programs per head and V-block)
         per_program, bv, warps, stages = loop
