@@ -4,7 +4,7 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s27: auto switch, bucket bytes)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s28: KPRE across head dims)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -51,12 +51,13 @@ case "$step" in
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s27: the auto switch's one-pass case at 800 tokens, the suffix
-    # bucket's pool bytes measured with the cache emptied on both sides, the two-launch GDN prep's knobs); the whole
-    # suite before any default flips
-    timeout -s INT -k 20 480 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_attention_gluon.py \
-      tests/engine/test_engine_triton_binding.py tests/kernels/test_gdn_variants.py tests/kernels/test_gdn.py \
-      -k "auto_one_pass or suffix_bucket or split_prep or product-bd-split" \
+    # the new / changed GPU tests of the last session (s28: KPRE across head dims, to map the shapes where
+    # test_gpu_random_shapes failed with it forced; then test_gpu_random_shapes itself under the forcing env); the
+    # whole suite before any default flips
+    timeout -s INT -k 20 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_gdn_variants.py \
+      -k "kpre" --junitxml="$OUT/$step/pytest-kpre.xml" 2>&1 | grep --line-buffered -v -i warning
+    MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
+      tests/kernels/test_gdn.py -k "random_shapes" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   attn-gluon)

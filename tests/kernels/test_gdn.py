@@ -327,6 +327,9 @@ def test_gpu_prefill_v2_preps_correlated_keys(case, prep, gen, device, monkeypat
     """
     if prep == "substitution" and case[1] == 16:
         request.applymarker(pytest.mark.xfail(strict=True, reason="v1 prep: ~2x the tf32 state row (H200 s21)"))
+    if prep == "product-bd-split" and case[1] == 16:   # a dead end (dead-ends/gdn-prep-split-launch.md)
+        request.applymarker(pytest.mark.xfail(strict=False, reason="split prep: 1 of 786,432 state elements 8 % past "
+                                              "the tf32 row on the H200 (s28; fresh seeds, so not every run)"))
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.PREP_ENV, prep)
     check_correlated(case, gen, device)
@@ -442,5 +445,9 @@ def test_gpu_random_shapes(gen, device):
         Hk = int(torch.randint(1, 5, (1,), generator=gen))
         Hv = Hk * int(torch.randint(1, 4, (1,), generator=gen))
         Dk, Dv = (int(torch.randint(8, 257, (1,), generator=gen)) for _ in range(2))
-        check_gdn("gdn_prefill", (int(torch.randint(1, 1500, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)
+        case = (int(torch.randint(1, 1500, (1,), generator=gen)), Hk, Hv, Dk, Dv)
+        try:
+            check_gdn("gdn_prefill", case, gen, device)
+        except AssertionError as exc:  # name the drawn shape (session 28 lost it)
+            raise AssertionError(f"gdn_prefill (N, Hk, Hv, Dk, Dv) = {case}: {exc}") from exc
         check_gdn("gdn_decode", (int(torch.randint(1, 40, (1,), generator=gen)), Hk, Hv, Dk, Dv), gen, device)

@@ -27,7 +27,8 @@ whole 64×64 tiles spend 15 of every 16 multiply-adds on zero blocks (and with t
 batched 16×16×16 products (1/16 of the work, short dependent steps), and puts D back as a 64×64 block-diagonal
 tile for the block-level products.
 
-SPLIT_UW ($MODELD_GDN_PREP=product-bd-split, session 27, not yet timed): the same X in two launches — the inverse
+SPLIT_UW ($MODELD_GDN_PREP=product-bd-split, session 27; a dead end on the H200, 1.02-1.08x slower:
+KNOWLEDGE/dead-ends/gdn-prep-split-launch.md): the same X in two launches — the inverse
 alone (`_chunk_inverse_kernel`, X diag(β) to an fp32 scratch of Hv·T·64·4 B, 100 MB at T 8192 for the 27B), then U and
 W as independent programs (`_chunk_uw_kernel`, grid × 2). The one-launch prep holds U's and W's [64, 128] tiles and
 V, K̂ on top of the inverse's tiles (~250 registers at 4 warps, 2 CTAs per SM, a serial chain of ~10 products per

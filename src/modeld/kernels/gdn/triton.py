@@ -122,7 +122,8 @@ V2_PASS_PRECISION = "fp16"
 # series' work; session 26; the default since session 27: H200 v2 prefill 0.88x at T 4096 / 8192, 0.74x at T 512,
 # every certification gate PASS, findings/qwen3_5-27b-recertification-s27-h200.md); "substitution" = v1's 63-step
 # prep, so a benchmark can split the gain between a prep and the state/output split; "product-bd-split" = "product-bd"
-# in two launches, the inverse alone then U / W (`_chunk_prep_product.py` SPLIT_UW; session 27, not yet timed).
+# in two launches, the inverse alone then U / W (`_chunk_prep_product.py` SPLIT_UW; session 27; H200 session 28:
+# 1.02-1.08x slower, cold 32k 1.006x: dead-ends/gdn-prep-split-launch.md).
 # "product" was the default from session 21 to 26: on the H200 (graph-timed, 27B heads) v2 takes 1372.8 / 2685.8 us
 # at T 4096 / 8192 with it against 1514.3 / 2985.9 with "blocked" (0.91x / 0.90x); the cold 32k 0.990x; GPU tests of
 # every prep on correlated keys pass (KNOWLEDGE/ah-ha/gdn-chunk-inverse-as-tile-products-needs-tf32x3.md)
@@ -149,14 +150,18 @@ PRODUCT_PREP_WARPS = 4
 UW_WARPS = 4
 # Register cap of "product-bd-split"'s inverse launch (None: the compiler's choice). Offline sm_90, 27B heads, 4 warps:
 # 194 registers uncapped (2 CTAs / SM, like the one-launch prep's 252); capped at 168 three CTAs fit (65.8 KB shared
-# each) with a 48 B spill under the tf32x3 series, none under fp16x3 (session 27, not yet timed)
+# each) with a 48 B spill under the tf32x3 series, none under fp16x3 (session 27; H200 session 28: level with the
+# one-launch prep at T 8192, slower below)
 SPLIT_PREP_MAXNREG: int | None = None
-# The state pass's key operand precomputed (session 28, not yet timed): the product preps also write K̂ e^{γ_C−γ}
+# The state pass's key operand precomputed (session 28): the product preps also write K̂ e^{γ_C−γ}
 # [Hv, T, Dk] in W's dtype (fp16 under the fp16 passes: the same rounding the state pass's dot applied to it) and
 # `_chunk_state_kernel` (KPRE) loads it as a dot operand. Every step of the serial chain then loses a [64, 128] key
 # load that fed an l2-norm reduction and exponentials (not a dot operand, so never prefetched by the pipeliner). Cost:
 # one more [Hv, T, Dk] store in the prep (100 MB in fp16 at T 8192 for the 27B) and the buffer. $MODELD_GDN_STATE_KPRE
-# ("0" / "1", read per call) switches it; needs a product prep and the untransposed state pass.
+# ("0" / "1", read per call) switches it; needs a product prep and the untransposed state pass. H200 session 28: v2
+# prefill 0.90x at T 4096 / 8192, cold 32k 0.998x with bit-identical logits, every certification gate PASS; not the
+# default: test_gpu_random_shapes failed with it forced at an unrecorded head dim
+# (findings/gdn-state-kpre-measured-h200-s28.md).
 STATE_KPRE_ENV = "MODELD_GDN_STATE_KPRE"
 V2_STATE_KPRE = False
 
