@@ -244,16 +244,17 @@ def test_gpu_state_kpre(case, decay, prep, gen, device, monkeypatch):
         check_correlated(case, gen, device, tf32=True)
 
 
-KPRE_HEAD_DIMS = [(16, 80), (24, 170), (32, 64), (64, 64), (96, 80), (128, 128), (200, 170), (256, 64)]
+KPRE_HEAD_DIMS = [(8, 200), (16, 80), (24, 170), (32, 64), (48, 256), (64, 64), (96, 80), (128, 128), (128, 256)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dk, dv", KPRE_HEAD_DIMS, ids=[f"Dk{dk}-Dv{dv}" for dk, dv in KPRE_HEAD_DIMS])
 def test_gpu_state_kpre_head_dims(dk, dv, gen, device, monkeypatch):
-    """KPRE against the plain state pass across head dims (the wgmma and mma.sync paths of its transposed key operand,
-    BLOCK_K 16 .. 256): on the 27B it is bit for bit the plain pass (s28 cold 32k, max |Δlogits| 0), but
-    test_gpu_random_shapes failed with it forced in session 28 (an output off by ~33 from the second chunk on; shapes
-    drawn from 8..256 and not recorded), so this maps where it is exact (findings/gdn-state-kpre-measured-h200-s28.md)."""
+    """KPRE against the plain state pass across the chunked path's head dims (Dk ≤ 128: BLOCK_K 16 / 32 put the
+    transposed key operand on mma.sync, 64 / 128 on wgmma; Dv up to 256): on the 27B it is bit for bit the plain pass
+    (s28 cold 32k, max |Δlogits| 0), but test_gpu_random_shapes failed with it forced in session 28 (an output off by
+    ~33 from the second chunk on; the shape not recorded), so this maps where it is exact
+    (findings/gdn-state-kpre-measured-h200-s28.md)."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.STATE_T_ENV, "0")
     *args, state = gdn_inputs(300, 1, 2, dk, dv, gen, device, False, True, True)
