@@ -424,6 +424,34 @@ def test_decode_output_overwrites_poison(version, gen, device, monkeypatch):
     assert torch.isfinite(out[0]).all() and torch.isnan(out[1].float()).all()
 
 
+@pytest.mark.parametrize("dk", [32, 160], ids=["chunked", "recurrent"])
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+def test_prefill_out_gets_the_rows_of_the_plain_call(impl, dk, gen, device):
+    """`out` (how the model joins its snapshot segments without a concatenation): the call writes exactly the result it
+    returns without `out` into the given rows of a larger buffer, returns that view, and leaves the rows around it
+    alone (Dk 160 takes the recurrent kernel, 32 the chunked path; 70 tokens: a partial second chunk)."""
+    *args, state = gdn_inputs(70, 1, 2, dk, 24, gen, device, decode=False)
+    s_plain, s_out = state.clone(), state.clone()
+    want = impl.gdn_prefill(*args, s_plain)
+    buf = poison(torch.empty((80, 2, 24), dtype=want.dtype, device=device))
+    got = impl.gdn_prefill(*args, s_out, out=buf[5:75])
+    assert got.data_ptr() == buf[5:75].data_ptr()
+    assert torch.equal(buf[5:75], want) and torch.equal(s_out, s_plain)
+    assert torch.isnan(buf[:5].float()).all() and torch.isnan(buf[75:].float()).all()
+
+
+@pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
+def test_prefill_bad_out_raises(impl, gen, device):
+    *args, state = gdn_inputs(10, 1, 2, 16, 16, gen, device, decode=False)
+    v = args[2]
+    with pytest.raises(KernelDtypeError):
+        impl.gdn_prefill(*args, state, out=torch.empty(v.shape, dtype=torch.float32, device=device))
+    with pytest.raises(KernelShapeError):
+        impl.gdn_prefill(*args, state, out=torch.empty((9, 2, 16), dtype=v.dtype, device=device))
+    with pytest.raises(KernelStrideError):
+        impl.gdn_prefill(*args, state, out=torch.empty((10, 16, 2), dtype=v.dtype, device=device).transpose(1, 2))
+
+
 @pytest.mark.parametrize("impl", [ref, tt], ids=["reference", "triton"])
 def test_bad_inputs_raise(impl, gen, device):
     q, k, v, a, b, A_log, dt_bias, state = gdn_inputs(3, 2, 4, 16, 16, gen, device, decode=False)

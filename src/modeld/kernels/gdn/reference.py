@@ -74,6 +74,13 @@ def check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode: bool) -> tupl
     return N, Hk, Hv, Dk, Dv
 
 
+def check_gdn_out(out, v) -> None:
+    """gdn_prefill's optional `out`: None, or a contiguous tensor shaped and typed like v ([T, Hv, Dv]).
+    Raises KernelInputError subclasses (the device is checked with the other tensors)."""
+    if out is not None:
+        check_tensor("out", out, dtypes=(v.dtype,), shape=list(v.shape))
+
+
 def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
     """(g, beta) fp32 [N, Hv] exactly as HF: beta rounded in b's dtype, g ≤ 0."""
     beta = torch.sigmoid(b).float()
@@ -115,24 +122,26 @@ def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     return o.to(v.dtype)
 
 
-def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
+def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None) -> torch.Tensor:
     """T tokens of one sequence, by the exact recurrence. q, k [T, Hk, Dk]; v [T, Hv, Dv];
     a, b [T, Hv]; A_log, dt_bias [Hv]; state [Hv, Dk, Dv] fp32 (zeros for a fresh sequence).
 
-    Returns o [T, Hv, Dv] in v's dtype. Mutates `state`: read as the initial state, overwritten
-    with the final one. Raises KernelInputError subclasses.
+    Returns o [T, Hv, Dv] in v's dtype: written into `out` when given (contiguous, v's shape and dtype: a caller
+    joining segments passes row slices of one buffer instead of concatenating), else a new tensor. Mutates `state`:
+    read as the initial state, overwritten with the final one. Raises KernelInputError subclasses.
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
-    same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state)
+    check_gdn_out(out, v)
+    same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     qn, kn = _prepare(q, k, v.shape[1])
     v32 = v.float()
     S = state.clone()
-    out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    o32 = torch.empty(v.shape, dtype=torch.float32, device=v.device)
     for t in range(v.shape[0]):
-        S, out[t] = _step(S, qn[t], kn[t], v32[t], g[t], beta[t])
+        S, o32[t] = _step(S, qn[t], kn[t], v32[t], g[t], beta[t])
     state.copy_(S)
-    return out.to(v.dtype)
+    return o32.to(v.dtype) if out is None else out.copy_(o32)
 
 
 def gdn_prefill_chunked(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

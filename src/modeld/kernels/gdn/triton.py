@@ -32,7 +32,7 @@ from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
 from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel,
                                                   _chunk_state_t_kernel)
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
-from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs
+from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs, check_gdn_out
 
 __all__ = ["gdn_decode", "gdn_prefill"]
 
@@ -266,11 +266,11 @@ def _launch_decode_v2(q, k, v, a, b, A_log, dt_bias, state):
     return o
 
 
-def _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq, n_steps):
+def _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq, n_steps, out=None):
     N, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     _check_dims(Dk, Dv)
-    o = torch.empty((N, Hv, Dv), dtype=v.dtype, device=v.device)
+    o = torch.empty((N, Hv, Dv), dtype=v.dtype, device=v.device) if out is None else out
     if N == 0 or Hv == 0 or Dv == 0:
         return o
     block_k = triton.next_power_of_2(Dk)
@@ -290,10 +290,10 @@ def _check_dims(Dk: int, Dv: int) -> None:
         raise KernelShapeError(f"Dk={Dk}, Dv={Dv}: this kernel keeps [Dk, Dv] tiles in registers (max {MAX_DK})")
 
 
-def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution"):
+def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution", out=None):
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
-    o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device)
+    o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device) if out is None else out
     if T == 0 or Hv == 0 or Dv == 0:
         return o
     # fp32 scratch: W [Hv, T, Dk], U [Hv, T, Dv], γ [Hv, T] = Hv·T·(Dk+Dv+1)·4 B (27B, T=8192: 403 MB),
@@ -413,22 +413,23 @@ def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=q.shape[0], n_steps=1)
 
 
-def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
+def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None) -> torch.Tensor:
     """T tokens of one sequence, by the exact recurrence. q, k [T, Hk, Dk]; v [T, Hv, Dv];
     a, b [T, Hv]; A_log, dt_bias [Hv]; state [Hv, Dk, Dv] fp32 (zeros for a fresh sequence).
 
-    Returns o [T, Hv, Dv] in v's dtype. Mutates `state`: read as the initial state, overwritten
-    with the final one. Raises KernelInputError subclasses (KernelValueError for a bad
-    $MODELD_GDN_CHUNK or $MODELD_GDN_PREP).
+    Returns o [T, Hv, Dv] in v's dtype: written into `out` when given (contiguous, v's shape and dtype), else a new
+    tensor. Mutates `state`: read as the initial state, overwritten with the final one. Raises KernelInputError
+    subclasses (KernelValueError for a bad $MODELD_GDN_CHUNK or $MODELD_GDN_PREP).
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
-    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state)
+    check_gdn_out(out, v)
+    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
     _check_dims(q.shape[2], v.shape[2])
     version = chunk_version()
     kind = prep_kind() if version == "v2" else "substitution"
     if q.shape[2] > MAX_DK_CHUNKED:
-        return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0])
-    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind)
+        return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0], out=out)
+    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind, out=out)
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
