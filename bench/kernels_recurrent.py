@@ -182,6 +182,19 @@ def bench_norms(reps):
         w = bf16(Dv)
         case("gated_rms_norm", f"T{T} Hv{Hv} Dv{Dv}", lambda: (bf16(T, Hv, Dv), bf16(T, Hv, Dv), w, 1e-6),
              3 * T * Hv * Dv * 2, gtt.gated_rms_norm, gref.gated_rms_norm, reps)
+    # as the model calls it: z read in place from the GDN in_proj output (token stride C + Hv * Dv = 16384), beside
+    # the program tiles of $MODELD_GATED_NORM_TILE (session 28: the default (16, 4) ran at 0.53 of the byte floor)
+    T, C = 8192, 10240
+
+    def model_args():
+        proj = bf16(T, C + Hv * Dv)
+        return bf16(T, Hv, Dv), proj[:, C:].view(T, Hv, Dv), bf16(Dv), 1e-6
+
+    for rows, warps in ((None, None), (32, 4), (64, 4), (64, 8), (128, 8), (16, 2)):
+        tag = "" if rows is None else f",{rows}x{warps}"
+        with _switched({} if rows is None else {gtt.TILE_ENV: f"{rows},{warps}"}):
+            case(f"gated_rms_norm(strided z{tag})", f"T{T} Hv{Hv} Dv{Dv}", model_args, 3 * T * Hv * Dv * 2,
+                 gtt.gated_rms_norm, None, reps)
 
 
 def bench_rope(reps):

@@ -8,7 +8,7 @@
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
-#   tools/device_checks.sh kernels   # conv prefill tiles / split; GDN rows: preps (product-bd), fp16 passes, loops
+#   tools/device_checks.sh kernels   # conv prefill tiles / split; norms (gated-norm tiles); GDN rows: preps, passes, loops
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
@@ -74,6 +74,9 @@ case "$step" in
     # the s26 product-bd prep at every length)
     timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/conv" --only conv --reps 20 2>&1 \
       | grep --line-buffered -E "conv1d_prefill\(strided"
+    # the norms, incl. the gated norm as the model calls it with the $MODELD_GATED_NORM_TILE tiles (s28)
+    timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/norms" --only norms --reps 20 2>&1 \
+      | grep --line-buffered -E "^  .*(rms_norm)"
     # GDN_ROWS (e.g. product-bd, which also matches s27's product-bd-split rows): only the default v2 row and those
     # variants (bench --gdn-rows), for a short call
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 \

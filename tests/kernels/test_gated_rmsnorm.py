@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from modeld.kernels._testing import assert_close
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.gated_rmsnorm import reference as ref
 from modeld.kernels.gated_rmsnorm import triton as tt
 
@@ -52,6 +52,31 @@ def test_gate_with_heads_apart_is_refused(impl, device):
     with pytest.raises(KernelStrideError):  # tokens overlapping
         flat = torch.randn(4 * 64 + 128).bfloat16().to(device)
         impl.gated_rms_norm(x, flat.as_strided((4, 3, 64), (64, 64, 1)), w, 1e-6)
+
+
+TILES = ["32,4", "64,8", "128,8", "1,1", "16,2"]
+
+
+@pytest.mark.parametrize("tile", TILES)
+def test_tiles_change_no_result(tile, gen, device, monkeypatch):
+    """$MODELD_GATED_NORM_TILE (rows per program, warps) regroups rows only: the same bits as the default tile, with
+    the gate read in place and a row count that fills no tile (77 tokens x 5 heads), Dv not a power of two."""
+    x = (torch.randn(77, 5, 100, generator=gen) * 2).bfloat16().to(device)
+    proj = (torch.randn(77, 37 + 500, generator=gen) * 2).bfloat16().to(device)
+    z = proj[:, 37:].view(77, 5, 100)
+    w = (1 + 0.3 * torch.randn(100, generator=gen)).bfloat16().to(device)
+    monkeypatch.delenv(tt.TILE_ENV, raising=False)
+    default = tt.gated_rms_norm(x, z, w, 1e-6)
+    monkeypatch.setenv(tt.TILE_ENV, tile)
+    assert tt.tile(128) == tuple(int(v) for v in tile.split(","))
+    assert torch.equal(tt.gated_rms_norm(x, z, w, 1e-6), default)
+
+
+@pytest.mark.parametrize("text", ["3,4", "256,4", "32,3", "32", "x,y"])
+def test_tile_env_rejects_bad_values(text, monkeypatch):
+    monkeypatch.setenv(tt.TILE_ENV, text)
+    with pytest.raises(KernelValueError, match=tt.TILE_ENV):
+        tt.tile(128)
 
 
 @pytest.mark.parametrize("shape", [(1, 48, 128), (2, 5, 100)], ids=["1x48x128", "2x5x100"])
@@ -104,6 +129,18 @@ def test_gpu_gate_read_in_place(gen, device):
     z = proj[:, 10240:].view(8192, 48, 128)
     w = (1 + 0.3 * torch.randn(128, generator=gen)).bfloat16().to(device)
     assert torch.equal(tt.gated_rms_norm(x, z, w, 1e-6), tt.gated_rms_norm(x, z.contiguous(), w, 1e-6))
+    assert_close(tt.gated_rms_norm(x, z, w, 1e-6), ref.gated_rms_norm(x, z, w, 1e-6))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", ["16,4", *TILES])
+def test_gpu_tiles(tile, gen, device, monkeypatch):
+    """The bench's tiles at 27B heads (8192 tokens, gate read in place as the model passes it) against the reference."""
+    monkeypatch.setenv(tt.TILE_ENV, tile)
+    x = (torch.randn(8192, 48, 128, generator=gen) * 2).bfloat16().to(device)
+    proj = (torch.randn(8192, 10240 + 48 * 128, generator=gen) * 2).bfloat16().to(device)
+    z = proj[:, 10240:].view(8192, 48, 128)
+    w = (1 + 0.3 * torch.randn(128, generator=gen)).bfloat16().to(device)
     assert_close(tt.gated_rms_norm(x, z, w, 1e-6), ref.gated_rms_norm(x, z, w, 1e-6))
 
 

@@ -5,6 +5,8 @@ Same function and rounding as `reference.py` (the spec).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -13,12 +15,34 @@ from modeld.kernels._checks import check_same_device
 from modeld.kernels._loads_first import loads_first
 from modeld.kernels._pdl import light_kwargs, light_prologue
 from modeld.kernels._tl import round_f32, round_to
-from modeld.kernels.errors import KernelShapeError
+from modeld.kernels.errors import KernelShapeError, KernelValueError
 from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs, gate_rows_dense
 
 __all__ = ["gated_rms_norm"]
 
 MAX_DV = 4096
+# Rows per program and warps; None: min(16, 2048 / BLOCK_D) rows at 4 warps (16 rows of the 27B's Dv 128). Session 28's
+# cold-32k table: 118 µs per 8192-token call at 27B heads, 0.53 of the 3-pass byte floor (the residual RMSNorm reaches
+# 0.8): 2,048-element programs may be too short to keep enough loads in flight. $MODELD_GATED_NORM_TILE =
+# "rows,warps" (read per call) overrides it for an A/B (bench/kernels_recurrent.py "gated_rms_norm(...)" rows).
+TILE: tuple[int, int] | None = None
+TILE_ENV = "MODELD_GATED_NORM_TILE"
+
+
+def tile(block_d: int) -> tuple[int, int]:
+    """(rows per program, num_warps): $MODELD_GATED_NORM_TILE if set, else TILE, else the default for BLOCK_D.
+    Raises KernelValueError unless rows is a power of two in 1..128 and warps one of 1, 2, 4, 8."""
+    text = os.environ.get(TILE_ENV)
+    if text:
+        try:
+            rows, warps = (int(v) for v in text.split(","))
+        except ValueError:
+            rows = warps = 0
+        if not (1 <= rows <= 128 and rows & (rows - 1) == 0 and warps in (1, 2, 4, 8)):
+            raise KernelValueError(f"{TILE_ENV}={text!r}: expected rows,warps with rows a power of two in 1..128 and "
+                                   f"warps 1, 2, 4 or 8")
+        return rows, warps
+    return TILE if TILE is not None else (max(1, min(16, 2048 // block_d)), 4)
 
 
 @triton.jit
@@ -60,10 +84,10 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     out = torch.empty_like(x)
     if n_rows > 0:
         block = triton.next_power_of_2(Dv)
-        rows = max(1, min(16, 2048 // block))
+        rows, warps = tile(block)
         heads, stride_zt = (z.shape[1], z.stride(0)) if gate_rows_dense(z) else (1, Dv)
         _gated_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
             x, z, weight, out, n_rows, Dv, heads, stride_zt, float(eps), BLOCK_D=block, ROWS=rows, **light_kwargs(),
-            LOADS_FIRST=loads_first(n_rows), num_warps=4,
+            LOADS_FIRST=loads_first(n_rows), num_warps=warps,
         )
     return out
