@@ -42,6 +42,11 @@ FP16_STATE_TILES = (((32, 4), 2), ((16, 4), 2), ((16, 8), 2))
 # the state pass at 8 warps (sessions 20-21 timed (16, 4) s2 / s3, (32, 4) s2, (16, 2) s2: the default (32, 4) s2
 # won); offline sm_90 these hold no spill: (32, 8) s2 223 registers, (16, 8) s2 210, (32, 8) s3 234, (64, 8) s1 239
 STATE_TILES_8_WARPS = (((32, 8), 2), ((16, 8), 2), ((32, 8), 3), ((64, 8), 1))
+# the state pass's tiles under KPRE (session 28): without the per-program l2 norm of K (each V-block program
+# normalised the same keys), narrower V-blocks (more independent chains per SM) may win where they lost before.
+# Offline sm_90, fp16 passes, KPRE: (16, 4) s2 72 registers / 74 KB shared (3 CTAs per SM: all 384 programs resident;
+# without KPRE 140), (16, 2) s2 246, (64, 4) s2 202, (32, 4) s3 142, (16, 4) s3 94 / 110 KB; (32, 2) spills 100 B (left out)
+KPRE_STATE_TILES = (((16, 4), 2), ((16, 2), 2), ((64, 4), 2), ((32, 4), 3), ((16, 4), 3))
 
 
 def environment() -> dict:
@@ -309,6 +314,8 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     # the state pass reading the prep's decayed keys (session 28), after either product-bd prep
     rows.append((",kpre", {tt.STATE_KPRE_ENV: "1"}, {}))
     rows.append((",product-bd-splitprep,kpre", {tt.PREP_ENV: "product-bd-split", tt.STATE_KPRE_ENV: "1"}, {}))
+    rows += [(f",kpre,state{tile[0]}w{tile[1]}s{stages}", {tt.STATE_KPRE_ENV: "1"},
+              {"V2_STATE_TILE": tile, "V2_STATE_STAGES": stages}) for tile, stages in KPRE_STATE_TILES]
     rows.append((",productprep,w8", {tt.PREP_ENV: "product"}, {"PRODUCT_PREP_WARPS": 8}))  # 1 CTA / SM against 2
     # the batched series at 8 warps: offline 190 registers, no spill (4 warps: 252)
     rows.append((",product-bdprep,w8", {tt.PREP_ENV: "product-bd"}, {"PRODUCT_PREP_WARPS": 8}))

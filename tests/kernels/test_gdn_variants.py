@@ -244,6 +244,31 @@ def test_gpu_state_kpre(case, decay, prep, gen, device, monkeypatch):
         check_correlated(case, gen, device, tf32=True)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile, stages", [((16, 4), 2), ((16, 2), 2), ((64, 4), 2), ((32, 4), 3), ((16, 4), 3)],
+                         ids=["16w4s2", "16w2s2", "64w4s2", "32w4s3", "16w4s3"])
+def test_gpu_state_kpre_tiles(tile, stages, gen, device, monkeypatch):
+    """KPRE at the state tiles bench/kernels_recurrent.py times with it (27B heads, default fp16 passes)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_KPRE_ENV, "1")
+    monkeypatch.setenv(tt.STATE_T_ENV, "0")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setattr(tt, "V2_STATE_TILE", tile)
+    monkeypatch.setattr(tt, "V2_STATE_STAGES", stages)
+    check_tf32_rounded((500, 16, 48, 128, 128), gen, device)
+
+
+@pytest.mark.parametrize("tile", [(16, 2), (64, 4)], ids=["16w2", "64w4"])
+def test_state_kpre_tiles_match_reference(tile, gen, device, monkeypatch):
+    """KPRE at a narrower and a wider state tile than the default (Dv 100: a partial V-block at 64)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.STATE_KPRE_ENV, "1")
+    monkeypatch.setenv(tt.STATE_T_ENV, "0")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "fp16")
+    monkeypatch.setattr(tt, "V2_STATE_TILE", tile)
+    check_tf32_rounded((130, 2, 4, 64, 100), gen, device)
+
+
 KPRE_HEAD_DIMS = [(8, 200), (16, 80), (24, 170), (32, 64), (48, 256), (64, 64), (96, 80), (128, 128), (128, 256)]
 
 
