@@ -45,7 +45,8 @@ STATE_TILES_8_WARPS = (((32, 8), 2), ((16, 8), 2), ((32, 8), 3), ((64, 8), 1))
 # the state pass's tiles under KPRE (session 28): without the per-program l2 norm of K (each V-block program
 # normalised the same keys), narrower V-blocks (more independent chains per SM) may win where they lost before.
 # Offline sm_90, fp16 passes, KPRE: (16, 4) s2 72 registers / 74 KB shared (3 CTAs per SM: all 384 programs resident;
-# without KPRE 140), (16, 2) s2 246, (64, 4) s2 202, (32, 4) s3 142, (16, 4) s3 94 / 110 KB; (32, 2) spills 100 B (left out)
+# without KPRE 140), (16, 2) s2 246, (64, 4) s2 202, (32, 4) s3 142, (16, 4) s3 94 / 110 KB; (32, 2) spills 100 B
+# (left out)
 KPRE_STATE_TILES = (((16, 4), 2), ((16, 2), 2), ((64, 4), 2), ((32, 4), 3), ((16, 4), 3))
 
 
@@ -464,8 +465,8 @@ def aot_kernels():
          INV_PRECISION="fp16x3", SUB=16, BATCHED_SERIES=False, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_prep_bd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
-         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32, stride_vt=i32,
-         stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32,
+         stride_vt=i32, stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
          INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         # "product-bd-split" (session 27): the inverse alone, then the U / W programs
@@ -474,10 +475,11 @@ def aot_kernels():
          PRECISION="tf32", INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_split_uw", prep3._chunk_uw_kernel, dict(k_ptr=bf, v_ptr=bf, x_ptr=f32, gam_ptr=f32, w_ptr="*fp16",
-         u_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32, stride_vt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
-         **gdn_c), dict(num_warps=gdn_tt.UW_WARPS, num_stages=1)),
+         u_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32, stride_vt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64,
+         PRECISION="tf32", **gdn_c), dict(num_warps=gdn_tt.UW_WARPS, num_stages=1)),
         ("gdn_v2_state_fp16", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,
-         state_ptr=f32, h_ptr="*fp16", kd_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
+         state_ptr=f32, h_ptr="*fp16", kd_ptr="*fp16", T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0],
+         CHUNK=64,
          PRECISION="fp16", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),
         # KPRE (session 28): the prep also writes the decayed keys, the state pass loads them as a dot operand
         ("gdn_prep_bd_kd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,

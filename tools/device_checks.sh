@@ -8,7 +8,7 @@
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
-#   tools/device_checks.sh kernels   # conv prefill tiles / split; norms (gated-norm tiles); GDN rows: preps, passes, loops
+#   tools/device_checks.sh kernels   # conv prefill tiles / split; norms (gated-norm tiles); GDN v2 rows
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
