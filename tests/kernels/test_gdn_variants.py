@@ -269,6 +269,43 @@ def test_state_kpre_tiles_match_reference(tile, gen, device, monkeypatch):
     check_tf32_rounded((130, 2, 4, 64, 100), gen, device)
 
 
+def test_state_tile_env_reaches_the_launch(gen, device, monkeypatch):
+    """$MODELD_GDN_STATE_TILE (how a cold-32k A/B picks a state tile): parsed in either separator, and the launch
+    takes it (a 16-wide V-block over Dv 100 gives the same result as the default tile's to fp32 order)."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    monkeypatch.setenv(tt.STATE_KPRE_ENV, "1")
+    monkeypatch.setenv(tt.STATE_TILE_ENV, "16:2:2")
+    assert tt.state_tile() == (16, 2, 2)
+    launched = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((grid, kwargs["BLOCK_V"], kwargs["num_warps"], kwargs["num_stages"]))
+                return real[grid](*args, **kwargs)
+            return launch
+
+    real = tt._chunk_state_kernel
+    monkeypatch.setattr(tt, "_chunk_state_kernel", Spy())
+    *args, state = gdn_inputs(130, 2, 4, 64, 100, gen, device, False, True, True)
+    s_tile = state.clone()
+    tt.gdn_prefill(*args, s_tile)
+    assert launched == [((7, 4), 16, 2, 2)]
+    monkeypatch.delenv(tt.STATE_TILE_ENV)
+    s_default = state.clone()
+    tt.gdn_prefill(*args, s_default)
+    assert launched[-1][1:] == (tt.V2_STATE_TILE[0], tt.V2_STATE_TILE[1], tt.V2_STATE_STAGES)
+    assert_close(s_tile, s_default, tol=tolerance(torch.float32), what="state")
+
+
+@pytest.mark.parametrize("text", ["8,4,2", "48,4,2", "16,3,2", "16,4,4", "16,4", "x"])
+def test_state_tile_env_rejects_bad_values(text, monkeypatch):
+    monkeypatch.setenv(tt.STATE_TILE_ENV, text)
+    with pytest.raises(KernelValueError, match=tt.STATE_TILE_ENV):
+        tt.state_tile()
+
+
 KPRE_HEAD_DIMS = [(8, 200), (16, 80), (24, 170), (32, 64), (48, 256), (64, 64), (96, 80), (128, 128), (128, 256)]
 
 

@@ -86,6 +86,9 @@ assert CHUNK == 4 * SUB, "the blocked (I + L)⁻¹ of _chunk_prep_v2.py is writt
 # layer; (16, 4) 1 stage 1672, 2 stages 1684, 3 stages 1710; (16, 2) 2 stages 1934 (spills).
 V2_STATE_TILE = (32, 4)
 V2_STATE_STAGES = 2
+# $MODELD_GDN_STATE_TILE = "BLOCK_V,num_warps,num_stages" (or ':'-joined; read per call) overrides both, so a cold-32k
+# A/B can time a tile in one process (session 28: KPRE's narrower tiles, bench/kernels_recurrent.py KPRE_STATE_TILES)
+STATE_TILE_ENV = "MODELD_GDN_STATE_TILE"
 V2_OUTPUT_TILE = (64, 4)  # H200 A/B at T = 4096: (64, 4) 1663 us, (128, 8) 1687, (64, 8) 1737, (32, 4) 1827
 # The output pass with a chunk loop (`_chunk_output_loop_kernel`): (chunks per program, BLOCK_V, num_warps,
 # num_stages), or None for one chunk per program. Offline sm_90 (27B heads, session 22): the one-chunk kernel holds
@@ -219,6 +222,23 @@ def inv_precision() -> str:
     """The product prep's series precision: $MODELD_GDN_INV_PRECISION if set, else INV_PRECISION.
     Raises KernelValueError."""
     return env_choice(INV_PRECISION_ENV, INV_PRECISION, INV_PRECISIONS)
+
+
+def state_tile() -> tuple[int, int, int]:
+    """(BLOCK_V, num_warps, num_stages) of the v2 state pass: $MODELD_GDN_STATE_TILE if set, else V2_STATE_TILE and
+    V2_STATE_STAGES. Raises KernelValueError unless BLOCK_V is a power of two in 16..128, num_warps 1, 2, 4 or 8 and
+    num_stages 1..3."""
+    text = os.environ.get(STATE_TILE_ENV)
+    if not text:
+        return V2_STATE_TILE[0], V2_STATE_TILE[1], V2_STATE_STAGES
+    try:
+        bv, warps, stages = (int(v) for v in text.replace(":", ",").split(","))
+    except ValueError:
+        bv = warps = stages = 0
+    if not (16 <= bv <= 128 and bv & (bv - 1) == 0 and warps in (1, 2, 4, 8) and 1 <= stages <= 3):
+        raise KernelValueError(f"{STATE_TILE_ENV}={text!r}: expected BLOCK_V,num_warps,num_stages with BLOCK_V a power "
+                               f"of two in 16..128, num_warps 1, 2, 4 or 8, num_stages 1..3")
+    return bv, warps, stages
 
 
 def output_loop() -> tuple[int, int, int, int] | None:
@@ -377,14 +397,15 @@ def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precisi
     h = torch.empty((Hv, n_chunks, Dk, Dv), dtype=torch.float16 if precision == "fp16" else torch.float32,
                     device=o.device)
     common = dict(HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision)
-    bv, warps = min(V2_STATE_TILE[0], block_dv), V2_STATE_TILE[1]
+    bv, warps, stages = state_tile()
+    bv = min(bv, block_dv)
     if state_transposed():
         _chunk_state_t_kernel[(triton.cdiv(Dv, bv), Hv)](
-            k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=V2_STATE_STAGES, **common)
+            k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=stages, **common)
     else:
         _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
             k, w, u, gam, state, h, w if kd is None else kd, T, k.stride(0), BLOCK_V=bv, num_warps=warps,
-            num_stages=V2_STATE_STAGES, KPRE=kd is not None, **common)
+            num_stages=stages, KPRE=kd is not None, **common)
     loop = output_loop()
     if loop is not None:   # program p walks chunks p, p + P, ... (P programs per head and V-block)
         per_program, bv, warps, stages = loop
