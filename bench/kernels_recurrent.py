@@ -374,8 +374,36 @@ def bench_gdn(reps):
                 if not GDN_ROWS or any(text in label for text in GDN_ROWS):
                     with _switched(env, attrs):
                         row(f"gdn_prefill(chunked,v2{label})")
+            if T >= 4096 and (not GDN_ROWS or any(text in ",gatednorm,fusednorm" for text in GDN_ROWS)):
+                bench_gdn_gated_norm(T, io, shape, reps)
         if T < 8192 and not GDN_ROWS:
             row("gdn_prefill(recurrent)", fn=tt._gdn_prefill_recurrent)
+
+
+def bench_gdn_gated_norm(T, io, shape, reps):
+    """The GDN prefill with the model's output norm (session 28): gdn_prefill then the gated-norm kernel (the gate
+    read in place from an in_proj-wide row, as the model calls it) beside the norm fused into the output pass
+    ($MODELD_GDN_FUSED_NORM=1). Bytes: the prefill's plus the gate read and the normed output written."""
+    from modeld.kernels.gated_rmsnorm import triton as gtt
+    from modeld.kernels.gdn import triton as tt
+
+    Hk, Hv, Dk, Dv = GDN_27B
+
+    def make():
+        proj = bf16(T, 10240 + Hv * Dv)
+        return (*_gdn_set(T, False), (proj[:, 10240:].view(T, Hv, Dv), bf16(Dv), 1e-6))
+
+    def unfused(q, k, v, a, b, A_log, dt_bias, state, gate):
+        return gtt.gated_rms_norm(tt.gdn_prefill(q, k, v, a, b, A_log, dt_bias, state), *gate)
+
+    def fused(q, k, v, a, b, A_log, dt_bias, state, gate):
+        return tt.gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, gate=gate)
+
+    io += 2 * T * Hv * Dv * 2
+    with _switched({tt.FUSED_NORM_ENV: "0"}):
+        case("gdn_prefill(chunked,v2,+gatednorm)", shape, make, io, unfused, None, max(3, reps // 4), n_sets=2)
+    with _switched({tt.FUSED_NORM_ENV: "1"}):
+        case("gdn_prefill(chunked,v2,fusednorm)", shape, make, io, fused, None, max(3, reps // 4), n_sets=2)
 
 
 def bench_embedding_sampling(reps):
@@ -456,7 +484,8 @@ def aot_kernels():
          state_ptr=f32, h_ptr=f32, kd_ptr=f32, T=i32, stride_kt=i32, DV=128, BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64,
          PRECISION="tf32", **gdn_c), dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=1)),
         ("gdn_v2_output", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
-         h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
+         h_ptr=f32, o_ptr=bf, z_ptr=bf, nw_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32",
+         stride_zt=i32, eps="fp32", DV=128,
          BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="tf32", **gdn_c),
          dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
         ("gdn_prep_fp16x3", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
@@ -492,9 +521,14 @@ def aot_kernels():
          BLOCK_V=gdn_tt.V2_STATE_TILE[0], CHUNK=64, PRECISION="fp16", KPRE=True, **gdn_c),
          dict(num_warps=gdn_tt.V2_STATE_TILE[1], num_stages=gdn_tt.V2_STATE_STAGES)),
         ("gdn_v2_out_fp16", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
-         h_ptr="*fp16", o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128,
-         BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="fp16", **gdn_c),
+         h_ptr="*fp16", o_ptr=bf, z_ptr=bf, nw_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32",
+         stride_zt=i32, eps="fp32", DV=128, BLOCK_V=gdn_tt.V2_OUTPUT_TILE[0], CHUNK=64, PRECISION="fp16", **gdn_c),
          dict(num_warps=gdn_tt.V2_OUTPUT_TILE[1], num_stages=1)),
+        # the output pass with the GDN output norm fused (session 28): one 128-wide V-block
+        ("gdn_v2_out_gated", chunk2._chunk_output_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
+         h_ptr="*fp16", o_ptr=bf, z_ptr=bf, nw_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32",
+         stride_zt=i32, eps="fp32", DV=128, BLOCK_V=128, CHUNK=64, PRECISION="fp16", GATED=True, **gdn_c),
+         dict(num_warps=gdn_tt.FUSED_OUTPUT_WARPS, num_stages=1)),
         ("gdn_v2_outloop", chunk2._chunk_output_loop_kernel, dict(q_ptr=bf, k_ptr=bf, vn_ptr=f32, gam_ptr=f32,
          h_ptr=f32, o_ptr=bf, T=i32, stride_qt=i32, stride_kt=i32, Hv=i32, scale="fp32", DV=128, BLOCK_V=64,
          CHUNK=64, PRECISION="tf32", **gdn_c), dict(num_warps=8, num_stages=2)),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from modeld.kernels._tl import round_to
+from modeld.kernels._tl import round_f32, round_to
 from modeld.kernels.gdn._chunk_kernels import _load_unit_rows
 
 
@@ -147,8 +147,10 @@ def _chunk_state_t_kernel(
 @triton.jit
 def _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v, T, n_chunks, stride_qt, stride_kt,
                        Hv, scale, HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                       BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):
-    """O rows of chunk n, value head hv, V-block pid_v: (Q̂ e^γ) S_start + (Q̂K̂ᵀ ⊙ D) Vn."""
+                       BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+                       z_ptr, nw_ptr, stride_zt, eps, GATED: tl.constexpr):
+    """O rows of chunk n, value head hv, V-block pid_v: (Q̂ e^γ) S_start + (Q̂K̂ᵀ ⊙ D) Vn. GATED (one V-block
+    covering DV): stores gated_rms_norm(O, z, w, eps) instead, with kernels/gated_rmsnorm's rounding steps."""
     hk = hv // HEAD_RATIO
     dk = tl.arange(0, BLOCK_K)
     dv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -178,8 +180,18 @@ def _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v
         O = tl.exp(gam)[:, None] * tl.dot(Q16, S.to(tl.float16)) + tl.dot(P, Vn.to(tl.float16))
     else:
         O = _mm(Q * tl.exp(gam)[:, None], S, PRECISION) + _mm(_mm(Q, tl.trans(K), PRECISION) * decay, Vn, PRECISION)
-    tl.store(o_ptr + (ts[:, None].to(tl.int64) * Hv + hv) * DV + dv[None, :], round_to(O, o_ptr.dtype.element_ty),
-             mask=tmask[:, None] & vmask[None, :])
+    act = o_ptr.dtype.element_ty
+    omask = tmask[:, None] & vmask[None, :]
+    if GATED:
+        # o as the plain kernel would store it, then `_gated_rmsnorm_kernel`'s steps on it (columns past DV are 0)
+        x = round_f32(O, act)
+        z = tl.load(z_ptr + ts[:, None].to(tl.int64) * stride_zt + hv * DV + dv[None, :], mask=omask,
+                    other=0.0).to(tl.float32)
+        w = tl.load(nw_ptr + dv, mask=vmask, other=0.0).to(tl.float32)
+        inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / DV + eps)
+        y = round_f32(w[None, :] * round_f32(x * inv[:, None], act), act)
+        O = y * (z / (1.0 + tl.exp(-z)))
+    tl.store(o_ptr + (ts[:, None].to(tl.int64) * Hv + hv) * DV + dv[None, :], round_to(O, act), mask=omask)
 
 
 @triton.jit
@@ -198,18 +210,22 @@ def _chunk_output_loop_kernel(
     n_chunks = (T + CHUNK - 1) // CHUNK
     for n in range(tl.program_id(0), n_chunks, tl.num_programs(0)):
         _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, n, hv, pid_v, T, n_chunks, stride_qt,
-                           stride_kt, Hv, scale, HEAD_RATIO, DK, DV, BLOCK_K, BLOCK_V, CHUNK, PRECISION)
+                           stride_kt, Hv, scale, HEAD_RATIO, DK, DV, BLOCK_K, BLOCK_V, CHUNK, PRECISION,
+                           o_ptr, o_ptr, 0, 0.0, False)  # never gated: the fused norm takes the one-chunk kernel
 
 
 @triton.jit
 def _chunk_output_kernel(
-    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr,
-    T, stride_qt, stride_kt, Hv, scale,
+    q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, z_ptr, nw_ptr,
+    T, stride_qt, stride_kt, Hv, scale, stride_zt, eps,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+    GATED: tl.constexpr = False,
 ):
-    """Writes o [T, Hv, DV] rows of chunk program_id(0), head program_id(1), V-block program_id(2)."""
+    """Writes o [T, Hv, DV] rows of chunk program_id(0), head program_id(1), V-block program_id(2); GATED (one
+    V-block, BLOCK_V ≥ DV): the gated RMSNorm of them with gate z [T, Hv, DV] (token stride stride_zt) and weight nw
+    [DV] (the model's GDN output norm, fused: o never goes to memory unnormalised)."""
     n_chunks = (T + CHUNK - 1) // CHUNK
     _chunk_output_body(q_ptr, k_ptr, vn_ptr, gam_ptr, h_ptr, o_ptr, tl.program_id(0), tl.program_id(1),
                        tl.program_id(2), T, n_chunks, stride_qt, stride_kt, Hv, scale, HEAD_RATIO, DK, DV, BLOCK_K,
-                       BLOCK_V, CHUNK, PRECISION)
+                       BLOCK_V, CHUNK, PRECISION, z_ptr, nw_ptr, stride_zt, eps, GATED)

@@ -23,10 +23,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from modeld.kernels._checks import check_tensor, same_device
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from typing import NamedTuple
 
-__all__ = ["gdn_decode", "gdn_prefill", "gdn_prefill_chunked"]
+from modeld.kernels._checks import check_positive, check_tensor, same_device
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.gated_rmsnorm import reference as gated_norm_ref
+
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_chunked"]
 REFERENCE_ONLY = ("gdn_prefill_chunked",)  # no Triton twin; tests compare it with gdn_prefill
 
 ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -72,6 +75,33 @@ def check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode: bool) -> tupl
     want = [N, Hv, Dk, Dv] if decode else [Hv, Dk, Dv]
     check_tensor("state", state, dtypes=(torch.float32,), shape=want)
     return N, Hk, Hv, Dk, Dv
+
+
+class GateNorm(NamedTuple):
+    """The gated RMSNorm applied to gdn_prefill's output when passed as `gate` (kernels/gated_rmsnorm's spec; any
+    (z, weight, eps) tuple will do): z [T, Hv, Dv] like v (contiguous, or each token's Hv x Dv dense at any token
+    stride: the GDN in_proj's gate columns read in place), weight [Dv] of v's dtype, eps > 0."""
+    z: torch.Tensor
+    weight: torch.Tensor
+    eps: float
+
+
+def check_gate_norm(gate: GateNorm | None, v) -> None:
+    """gdn_prefill's optional `gate`. Raises KernelInputError subclasses (the device is checked with the rest)."""
+    if gate is None:
+        return
+    if not isinstance(gate, tuple) or len(gate) != 3:
+        raise KernelShapeError(f"gate must be a (z, weight, eps) tuple, got {type(gate).__name__}")
+    z, weight, eps = gate
+    check_tensor("gate.z", z, dtypes=(v.dtype,), shape=list(v.shape), contiguous=not gated_norm_ref.gate_rows_dense(z))
+    check_tensor("gate.weight", weight, dtypes=(v.dtype,), shape=[v.shape[2]])
+    check_positive("gate.eps", eps)
+
+
+def fuses_gated_norm() -> bool:
+    """Whether gdn_prefill applies a passed `gate` inside its own output pass (a caller joining segments passes the
+    gate only then). The reference has no output pass to fuse into: False."""
+    return False
 
 
 def check_gdn_out(out, v) -> None:
@@ -122,17 +152,21 @@ def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     return o.to(v.dtype)
 
 
-def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None) -> torch.Tensor:
+def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> torch.Tensor:
     """T tokens of one sequence, by the exact recurrence. q, k [T, Hk, Dk]; v [T, Hv, Dv];
     a, b [T, Hv]; A_log, dt_bias [Hv]; state [Hv, Dk, Dv] fp32 (zeros for a fresh sequence).
 
-    Returns o [T, Hv, Dv] in v's dtype: written into `out` when given (contiguous, v's shape and dtype: a caller
-    joining segments passes row slices of one buffer instead of concatenating), else a new tensor. Mutates `state`:
-    read as the initial state, overwritten with the final one. Raises KernelInputError subclasses.
+    Returns o [T, Hv, Dv] in v's dtype, or with `gate` (a GateNorm) gated_rms_norm(o, *gate) — the model's GDN
+    output norm, which a kernel can apply before o leaves registers. Written into `out` when given (contiguous, v's
+    shape and dtype: a caller joining segments passes row slices of one buffer instead of concatenating), else a new
+    tensor. Mutates `state`: read as the initial state, overwritten with the final one. Raises KernelInputError
+    subclasses.
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
     check_gdn_out(out, v)
-    same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
+    check_gate_norm(gate, v)
+    same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
+                z=None if gate is None else gate[0], weight=None if gate is None else gate[1])
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     qn, kn = _prepare(q, k, v.shape[1])
     v32 = v.float()
@@ -141,7 +175,10 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None) -> torch.Tensor:
     for t in range(v.shape[0]):
         S, o32[t] = _step(S, qn[t], kn[t], v32[t], g[t], beta[t])
     state.copy_(S)
-    return o32.to(v.dtype) if out is None else out.copy_(o32)
+    o = o32.to(v.dtype)
+    if gate is not None:
+        o = gated_norm_ref.gated_rms_norm(o, *gate)
+    return o if out is None else out.copy_(o)
 
 
 def gdn_prefill_chunked(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

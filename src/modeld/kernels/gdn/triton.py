@@ -32,9 +32,10 @@ from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
 from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_output_loop_kernel, _chunk_state_kernel,
                                                   _chunk_state_t_kernel)
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
-from modeld.kernels.gdn.reference import CHUNK, check_gdn_inputs, check_gdn_out
+from modeld.kernels.gated_rmsnorm import triton as gated_norm
+from modeld.kernels.gdn.reference import CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out
 
-__all__ = ["gdn_decode", "gdn_prefill"]
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill"]
 
 MAX_DK = 256
 MAX_DV = 256
@@ -167,6 +168,15 @@ SPLIT_PREP_MAXNREG: int | None = None
 # (findings/gdn-state-kpre-measured-h200-s28.md).
 STATE_KPRE_ENV = "MODELD_GDN_STATE_KPRE"
 V2_STATE_KPRE = False
+# The model's GDN output norm (gated RMSNorm) fused into the v2 output pass (session 28, not yet timed): with the gate
+# passed to gdn_prefill the output pass runs one V-block of the whole Dv at FUSED_OUTPUT_WARPS (the (128, 8) tile
+# measured 1.01x the default (64, 4) at T 4096 in session 21) and normalises before storing: o never goes to memory
+# unnormalised and the separate norm kernel (22.7 ms of the cold 32k in session 28's table, 0.53 of its byte floor)
+# goes. $MODELD_GDN_FUSED_NORM ("0" / "1", read per call) switches it; off, or on a path without the v2 output pass
+# (v1, Dk > 128, Dv > 128), the gate is applied by kernels/gated_rmsnorm after the plain output.
+FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
+V2_FUSED_NORM = False
+FUSED_OUTPUT_WARPS = 8
 
 
 def chunk_version() -> str:
@@ -210,6 +220,13 @@ def state_kpre() -> bool:
     """Whether the v2 state pass reads the prep's decayed keys: $MODELD_GDN_STATE_KPRE ("0" / "1") if set, else
     V2_STATE_KPRE. Raises KernelValueError."""
     return env_choice(STATE_KPRE_ENV, "1" if V2_STATE_KPRE else "0", ("0", "1")) == "1"
+
+
+def fuses_gated_norm() -> bool:
+    """Whether gdn_prefill applies a passed gate inside its output pass: $MODELD_GDN_FUSED_NORM ("0" / "1") if set,
+    else V2_FUSED_NORM (a caller joining segments passes the gate only then: unfused, each segment would pay the norm
+    and a copy). Raises KernelValueError."""
+    return env_choice(FUSED_NORM_ENV, "1" if V2_FUSED_NORM else "0", ("0", "1")) == "1"
 
 
 def pass_precision() -> str:
@@ -310,7 +327,7 @@ def _check_dims(Dk: int, Dv: int) -> None:
         raise KernelShapeError(f"Dk={Dk}, Dv={Dv}: this kernel keeps [Dk, Dv] tiles in registers (max {MAX_DK})")
 
 
-def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution", out=None):
+def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution", out=None, gate=None):
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device) if out is None else out
@@ -337,7 +354,7 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     else:
         _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, kind)
     if version == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision)
+        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision, gate)
         return o
     block_v = min(32, block_dv)
     _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
@@ -387,9 +404,9 @@ def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block
         KD_OUT=kd is not None, num_warps=UW_WARPS, num_stages=1)
 
 
-def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision):
-    """State pass then output pass (`_chunk_kernels_v2.py`) after the prep (kd: the prep's decayed keys, or None).
-    Mutates u (U → Vn), state (initial → final) and o."""
+def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision, gate=None):
+    """State pass then output pass (`_chunk_kernels_v2.py`) after the prep (kd: the prep's decayed keys, or None;
+    gate: a GateNorm the output pass applies, or None). Mutates u (U → Vn), state (initial → final) and o."""
     T, Hk, Dk = q.shape
     Hv, Dv = o.shape[1], o.shape[2]
     n_chunks = triton.cdiv(T, CHUNK)
@@ -407,6 +424,14 @@ def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precisi
             k, w, u, gam, state, h, w if kd is None else kd, T, k.stride(0), BLOCK_V=bv, num_warps=warps,
             num_stages=stages, KPRE=kd is not None, **common)
     loop = output_loop()
+    if gate is not None:   # one V-block over the whole Dv: the row norm needs every column
+        if loop is not None:
+            raise KernelValueError(f"{FUSED_NORM_ENV}=1 runs the one-chunk output kernel: unset {OUTPUT_LOOP_ENV}")
+        z, weight, eps = gate
+        _chunk_output_kernel[(n_chunks, Hv, 1)](
+            q, k, u, gam, h, o, z, weight, T, q.stride(0), k.stride(0), Hv, Dk**-0.5, z.stride(0), float(eps),
+            BLOCK_V=block_dv, num_warps=FUSED_OUTPUT_WARPS, num_stages=1, GATED=True, **common)
+        return
     if loop is not None:   # program p walks chunks p, p + P, ... (P programs per head and V-block)
         per_program, bv, warps, stages = loop
         bv = min(bv, block_dv)
@@ -416,7 +441,7 @@ def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precisi
         return
     bv, warps = min(V2_OUTPUT_TILE[0], block_dv), V2_OUTPUT_TILE[1]
     _chunk_output_kernel[(n_chunks, Hv, triton.cdiv(Dv, bv))](
-        q, k, u, gam, h, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5,
+        q, k, u, gam, h, o, o, o, T, q.stride(0), k.stride(0), Hv, Dk**-0.5, 0, 0.0,
         BLOCK_V=bv, num_warps=warps, num_stages=1, **common)
 
 
@@ -434,23 +459,36 @@ def gdn_decode(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
     return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=q.shape[0], n_steps=1)
 
 
-def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None) -> torch.Tensor:
+def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> torch.Tensor:
     """T tokens of one sequence, by the exact recurrence. q, k [T, Hk, Dk]; v [T, Hv, Dv];
     a, b [T, Hv]; A_log, dt_bias [Hv]; state [Hv, Dk, Dv] fp32 (zeros for a fresh sequence).
 
-    Returns o [T, Hv, Dv] in v's dtype: written into `out` when given (contiguous, v's shape and dtype), else a new
+    Returns o [T, Hv, Dv] in v's dtype, or with `gate` (reference.GateNorm) gated_rms_norm(o, *gate), fused into the
+    output pass when fuses_gated_norm(). Written into `out` when given (contiguous, v's shape and dtype), else a new
     tensor. Mutates `state`: read as the initial state, overwritten with the final one. Raises KernelInputError
     subclasses (KernelValueError for a bad $MODELD_GDN_CHUNK or $MODELD_GDN_PREP).
     """
     check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
     check_gdn_out(out, v)
-    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
+    check_gate_norm(gate, v)
+    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
+                      z=None if gate is None else gate[0], weight=None if gate is None else gate[1])
     _check_dims(q.shape[2], v.shape[2])
     version = chunk_version()
     kind = prep_kind() if version == "v2" else "substitution"
+    fused = (gate is not None and fuses_gated_norm() and version == "v2" and q.shape[2] <= MAX_DK_CHUNKED
+             and v.shape[2] <= MAX_DK_CHUNKED)
+    if fused:
+        return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind, out=out, gate=gate)
+    plain_out = out if gate is None else None
     if q.shape[2] > MAX_DK_CHUNKED:
-        return _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0], out=out)
-    return _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind, out=out)
+        o = _launch_recurrent(q, k, v, a, b, A_log, dt_bias, state, n_seq=1, n_steps=q.shape[0], out=plain_out)
+    else:
+        o = _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version=version, kind=kind, out=plain_out)
+    if gate is None:
+        return o
+    o = gated_norm.gated_rms_norm(o, *gate)
+    return o if out is None else out.copy_(o)
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

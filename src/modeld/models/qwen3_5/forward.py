@@ -137,23 +137,30 @@ class Qwen35Forward:
             # one segment per snapshot interval: the conv and recurrent state after each segment is what an engine
             # checkpoints there (both kernels carry the state across calls exactly); each segment writes its rows of
             # one output buffer (no concatenation copy: 9 ms of the cold 32k in session 28's kernel table)
+            # When the kernels fuse the output norm into the GDN's output pass, each segment gets its gate rows and
+            # the buffer holds the normed output (kernels/gdn/triton.py FUSED_NORM_ENV)
+            fused = ks.gdn.fuses_gated_norm()
             o = torch.empty((N, Hv, c.lin_v_dim), dtype=mixed.dtype, device=mixed.device)
             r0 = 0
             for r1 in (*ctx.snapshots, N):
                 y = ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
-                self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1])
+                gate = (z[r0:r1], w[f"L{i}.gdn.norm"], c.eps) if fused else None
+                self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1], gate=gate)
                 if r1 < N:
                     ctx.snapshot(r1, f"gdn.{i}.conv", conv_state[ctx.slot])
                     ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
                 r0 = r1
+            if fused:
+                return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
         o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
 
     def _gdn_core(self, i: int, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, rec: torch.Tensor,
-                  decode: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+                  decode: bool, out: torch.Tensor | None = None, gate: tuple | None = None) -> torch.Tensor:
         """The gated delta rule on conv outputs y [n, C] (decode: one row per slot, rec [B, Hv, Dk, Dv]; prefill:
-        the slot's rows, rec [Hv, Dk, Dv], written into `out` [n, Hv, Dv] when given) -> o [n, Hv, Dv]. Updates
-        rec."""
+        the slot's rows, rec [Hv, Dk, Dv], written into `out` [n, Hv, Dv] when given, gated-normed when `gate`
+        (z, weight, eps) is)
+        -> o [n, Hv, Dv]. Updates rec."""
         c, w, ks = self.c, self.w, self.ks
         n, kd = y.shape[0], c.key_dim
         q = y[:, :kd].view(n, c.lin_k_heads, c.lin_k_dim)
@@ -162,7 +169,7 @@ class Qwen35Forward:
         A_log, dt_bias = w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"]
         if decode:
             return ks.gdn.gdn_decode(q, k, v, a, b, A_log, dt_bias, rec)
-        return ks.gdn.gdn_prefill(q, k, v, a, b, A_log, dt_bias, rec, out=out)
+        return ks.gdn.gdn_prefill(q, k, v, a, b, A_log, dt_bias, rec, out=out, gate=gate)
 
     def _conv_prefill_padded(self, i: int, mixed: torch.Tensor, state: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """The conv prefill of a padded bucket: its kernel leaves the last W-1 rows of [state; mixed] as the new
