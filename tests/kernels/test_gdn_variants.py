@@ -13,6 +13,7 @@ import torch
 
 from modeld.kernels._testing import assert_close, offline_compile_rows, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelValueError
+from modeld.kernels.gated_rmsnorm import reference as gated_norm_ref
 from modeld.kernels.gdn import reference as ref
 from modeld.kernels.gdn import triton as tt
 
@@ -316,6 +317,15 @@ def _gated_problem(case, gen, device):
     return args, state, gate
 
 
+def check_gated_output(got, args, state, gate):
+    """`got` is the gated norm of the plain kernel's output, and that output is the reference's. Not `got` against
+    ref.gdn_prefill(gate=...) directly: the norm divides by each row's rms, so a bf16-tolerance difference in a small
+    o row grows past the bf16 tolerance after it (CI, 0d2831c: 1 of 66,560 elements, 0.125 at |x| 4.5)."""
+    plain = tt.gdn_prefill(*args, state.clone())
+    assert_close(got, gated_norm_ref.gated_rms_norm(plain, *gate), what="gated norm of the plain output")
+    assert_close(plain, ref.gdn_prefill(*args, state.clone()), what="plain output")
+
+
 FUSED_CASES = [(70, 2, 6, 64, 100), (130, 2, 4, 128, 128), (40, 1, 2, 160, 48)]
 
 
@@ -333,7 +343,7 @@ def test_prefill_gate_matches_reference(case, fused, gen, device, monkeypatch):
     buf = torch.full((case[0] + 4, case[2], case[4]), float("nan"), dtype=want.dtype, device=device)
     got = tt.gdn_prefill(*args, s_tt, out=buf[2:-2], gate=gate)
     assert got.data_ptr() == buf[2:-2].data_ptr()
-    assert_close(got, want)
+    check_gated_output(got, args, state, gate)
     assert torch.isnan(buf[:2].float()).all() and torch.isnan(buf[-2:].float()).all()
     assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=True), what="state")
 
@@ -405,7 +415,8 @@ def test_gpu_fused_norm(case, decay, gen, device, monkeypatch):
     proj = (torch.randn(n, 10240 + hv * dv, generator=gen) * 2).bfloat16().to(device)
     gate = (proj[:, 10240:].view(n, hv, dv), (1 + 0.3 * torch.randn(dv, generator=gen)).bfloat16().to(device), 1e-6)
     s_ref, s_tt = state.clone(), state.clone()
-    assert_close(tt.gdn_prefill(*args, s_tt, gate=gate), ref.gdn_prefill(*args, s_ref, gate=gate))
+    check_gated_output(tt.gdn_prefill(*args, s_tt, gate=gate), args, state, gate)
+    ref.gdn_prefill(*args, s_ref)
     assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=True), what="state")
 
 
