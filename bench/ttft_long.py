@@ -58,6 +58,9 @@ def parse(argv):
     ap.add_argument("--kernel-table", type=int, default=0, metavar="N",
                     help="also profile one warm prefix hit per engine (torch.profiler): the N kernels with the most "
                          "device time, their summed device time against the hit's wall time (0: off, the default)")
+    ap.add_argument("--save-cold-logits", default="", metavar="PREFIX",
+                    help="save the cold prefill's last-token logits to PREFIX.<profile>.pt (fp32): compares builds "
+                         "that differ at import time (e.g. $MODELD_ROUND_BITS) across processes, bit for bit")
     ap.add_argument("--cold-ab", default="", metavar="SPEC",
                     help="extra cold-TTFT variants, each run --runs times alternated with the default in the same "
                          "process (ratios, and logits against the default's): comma-separated, each NAME=VALUE pairs "
@@ -177,6 +180,8 @@ def engine_long(R, st, profile: str) -> dict:
 
     cold_run(long_ids[: min(a.long, 2 * a.chunk)])  # compiles / autotunes every prefill shape before timing
     cold = [cold_run(long_ids) for _ in range(a.runs)]
+    if a.save_cold_logits:
+        torch.save(eng.logits[0].float().cpu(), f"{a.save_cold_logits}.{profile}.pt")
     eng.reset_slot(0)
     cold_full_s, _ = timed(lambda: eng.prefill(0, prefix + turn))
     want = eng.logits[0].clone()

@@ -8,6 +8,9 @@
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
+#   tools/device_checks.sh rounding  # s29: round_to's GPU convert vs the bit trick ($MODELD_ROUND_BITS=1, one process
+#                                    # per side): the bit-for-bit GPU test, then norm / conv / rope rows alternated
+#   tools/device_checks.sh rounding-ttft  # then the cold 32k once per side, its logits compared bit for bit
 #   tools/device_checks.sh kernels   # conv prefill tiles / split; norms (gated-norm tiles); GDN v2 rows
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
@@ -30,7 +33,8 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-usage="tests|tests-new|attn-gluon|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead|w8a8|llamacpp|llamacpp-q"
+usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead"
+usage+="|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
 # tail still waiting for its end prints nothing (session 24 lost two calls' output that way; the tool keeps the
@@ -60,6 +64,28 @@ case "$step" in
     MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
       tests/kernels/test_gdn.py -k "random_shapes" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
+    ;;
+  rounding)
+    # KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: the same bits from every kernel family either way,
+    # then each side's rows twice, alternated (ratios within one call; the side is fixed per process at import)
+    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rounding.py 2>&1 \
+      | grep --line-buffered -E " passed| failed|Error|assert"
+    for r in 1 2; do
+      for bits in 1 0; do
+        MODELD_ROUND_BITS=$bits timeout 100 python3 bench/kernels_recurrent.py --out "$OUT/$step/rows-b$bits-r$r" \
+          --only norms --only conv --only rope --reps 20 2>&1 \
+          | grep --line-buffered -E "rms_norm|conv1d_prefill\(strided\)|rope" | sed -u "s/^/bits=$bits r$r /"
+      done
+    done
+    ;;
+  rounding-ttft)
+    # the cold 32k (bf16) per side in its own process; logits saved and compared (expected: bit for bit)
+    for bits in 1 0; do
+      MODELD_ROUND_BITS=$bits timeout 270 python3 bench/ttft_long.py --out "$OUT/$step/tl-b$bits" --no-hf --runs 2 \
+        --profiles bf16 --save-cold-logits "$OUT/$step/cold-b$bits" 2>&1 | grep --line-buffered -E "SUMMARY|Error"
+    done
+    python3 -c "import torch; a, b = (torch.load('$OUT/$step/cold-b%s.bf16.pt' % s) for s in '01'); \
+print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), 'bit for bit', torch.equal(a, b))"
     ;;
   attn-gluon)
     # the Gluon warp-specialized prefill attention (never run on a GPU before session 26): its GPU test (a child under

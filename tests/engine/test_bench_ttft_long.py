@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import torch
 from test_cert_dryrun import BENCH, _run
 
 TINY = ["--device", "cpu", "--config", "tiny", "--workers", "2"]
@@ -39,13 +40,18 @@ def test_ttft_long_dry_run(tmp_path):
 
 def test_ttft_long_with_the_suffix_bucket(tmp_path):
     """--suffix-bucket: the warm hit's suffix and the cold run's last piece both take the padded step, and reuse
-    stays exact."""
+    stays exact; --save-cold-logits writes the cold run's last-token logits."""
     out = tmp_path / "tl"
     r = _run([str(BENCH / "ttft_long.py"), "--out", str(out), "--long", "40", "--prefix", "32", "--suffix", "5",
-              "--chunk", "32", "--runs", "1", "--profiles", "bf16", "--no-hf", "--suffix-bucket", "8", *TINY], 240)
+              "--chunk", "32", "--runs", "1", "--profiles", "bf16", "--no-hf", "--suffix-bucket", "8",
+              "--save-cold-logits", str(tmp_path / "cold"), *TINY], 240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     e = json.loads((out / "ttft_long.json").read_text())["stages"]["engine_bf16"]
     assert e["warm_equals_cold"] and e["warm_vs_cold_logits_max_abs"] == 0.0, e
+    # --save-cold-logits: the cold prefill's last-token logits, one fp32 row of the vocabulary
+    logits = torch.load(tmp_path / "cold.bf16.pt")
+    assert logits.dtype == torch.float32 and logits.dim() == 1 and logits.numel() > 100
+    assert bool(torch.isfinite(logits).all())
 
 
 def test_ttft_long_cold_ab_alternates_variants_with_the_default(tmp_path):

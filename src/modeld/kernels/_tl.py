@@ -1,29 +1,42 @@
 """Triton device helpers shared by the kernels in this package.
 
 `grouped_tile(pid, M, N, ...)` maps a 1-D GEMM program id to its (row block, column block) in
-grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. Why not just
-`x.to(tl.bfloat16)`: on the GPU that is RTNE, but Triton 3.6's CPU interpreter *truncates*
-fp32→bf16 casts (and implicit casts on store), which makes interpreter results drift from PyTorch
-by one bf16 ulp (KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md). The bit trick below
-gives RTNE on both (finite inputs; NaN payloads are not preserved), costing a few integer ops.
+grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. On the GPU that
+is `x.to(tl.bfloat16)` (one cvt.rn.bf16x2.f32 per pair), but Triton 3.6's CPU interpreter *truncates* fp32→bf16
+casts (and implicit casts on store), which makes interpreter results drift from PyTorch by one bf16 ulp
+(KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md), so under the interpreter a bit trick gives RTNE
+instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). Until session 29 the GPU took
+the trick too: ~8 integer instructions per element (KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md).
 """
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+# "1" (read once, at import) keeps the bit trick on the GPU too: the "before" side of an A/B, one process per side
+ROUND_BITS_ENV = "MODELD_ROUND_BITS"
 
 
 @triton.jit
 def round_to(x, dtype: tl.constexpr):
     """fp32 `x` rounded to `dtype` (RTNE), returned in `dtype`."""
-    if dtype == tl.bfloat16:
+    if dtype == tl.bfloat16 and _BIT_TRICK:
         bits = x.to(tl.uint32, bitcast=True)
         bits = bits + 0x7FFF + ((bits >> 16) & 1)
         bits = (bits >> 16) << 16
         return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
     else:
-        return x.to(dtype)
+        return x.to(dtype)  # compiled: the GPU's fp32 -> bf16 / fp16 convert rounds to nearest even
+
+
+# Triton's own choice for this module, made when it decorated round_to: an interpreted function (TRITON_INTERPRET=1
+# at import) runs as Python, whose casts truncate; a JITFunction compiles for the GPU, whose casts round.
+INTERPRETED = not isinstance(round_to, JITFunction)
+_BIT_TRICK = tl.constexpr(INTERPRETED or os.environ.get(ROUND_BITS_ENV, "0") == "1")
 
 
 @triton.jit

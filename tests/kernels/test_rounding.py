@@ -1,0 +1,84 @@
+"""`_tl.round_to`: the GPU's one RTNE convert (the default since session 29) against the bit trick the interpreter
+needs ($MODELD_ROUND_BITS=1 keeps it on the GPU): fewer instructions offline, the same bits on the H200."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from modeld.kernels._testing import offline_compile_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# the kernels whose instruction counts the convert cuts most (offline sm_90, s29: rmsnorm 816 -> 432, rope
+# 1504 -> 1080, conv prefill 2560 -> 2056, the gated GDN output 2864 -> 2248)
+COUNT_CODE = r'''
+import os, re
+from bench.feasibility import cuobjdump_sass, ptxas_sm90
+from bench.kernels_recurrent import aot_kernels
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+for name, fn, args, opts in aot_kernels():
+    if name not in ("rmsnorm", "rope", "conv_prefill_rest", "gdn_v2_out_gated"):
+        continue
+    sig = {k: (v if isinstance(v, str) and (v.startswith("*") or v in ("i32", "i64", "fp32")) else "constexpr")
+           for k, v in args.items()}
+    consts = {k: v for k, v in args.items() if sig[k] == "constexpr"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)   # as launched (see aot_check)
+             if sig[n].startswith("*") or n.startswith("stride") or n in ("Hv", "C", "D", "V")}
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=opts)
+    _, obj = ptxas_sm90(k.asm["ptx"], "round")
+    n = sum(1 for ln in cuobjdump_sass(obj).splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln))
+    trick = len(re.findall(r"\b32767\b", k.asm["ptx"]))   # the trick's rounding bias 0x7FFF
+    print(f"ROUND name={name} instr={n} trick={trick} bits={os.environ.get('MODELD_ROUND_BITS', '0')}")
+'''
+
+
+def _counts(bits: str) -> dict[str, dict[str, str]]:
+    os.environ["MODELD_ROUND_BITS"] = bits
+    try:
+        return {r["name"]: r for r in offline_compile_rows(COUNT_CODE, "ROUND", ROOT)}
+    finally:
+        del os.environ["MODELD_ROUND_BITS"]
+
+
+def test_native_convert_cuts_instructions_offline():
+    """Offline sm_90: with the convert each kernel has at least 10 % fewer SASS instructions and no trace of the
+    trick's 0x7FFF bias in its PTX; with $MODELD_ROUND_BITS=1 the bias is there (the trick compiled in)."""
+    native, trick = _counts("0"), _counts("1")
+    assert set(native) == set(trick) == {"rmsnorm", "rope", "conv_prefill_rest", "gdn_v2_out_gated"}
+    for name in native:
+        assert int(native[name]["instr"]) < 0.9 * int(trick[name]["instr"]), (name, native[name], trick[name])
+        assert int(native[name]["trick"]) == 0 < int(trick[name]["trick"]), (name, native[name], trick[name])
+
+
+def _probe(tmp_path: Path, bits: str) -> dict[str, torch.Tensor]:
+    path = tmp_path / f"bits{bits}.pt"
+    env = {**os.environ, "MODELD_ROUND_BITS": bits, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "kernels" / "rounding_probe.py"), str(path)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return torch.load(path)
+
+
+@pytest.mark.gpu
+def test_gpu_native_convert_is_the_bit_trick_bit_for_bit(tmp_path):
+    """Every kernel family that rounds through round_to gives the same bits with the convert as with the trick,
+    and round_to agrees with torch's RTNE on ties, their neighbours, subnormals, the overflow edge and ±inf."""
+    native, trick = _probe(tmp_path, "0"), _probe(tmp_path, "1")
+    assert set(native) == set(trick) and len(native) >= 14
+    for name in native:
+        a, b = native[name], trick[name]
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a,
+                           b.view(torch.int16) if b.dtype == torch.bfloat16 else b), name
+    for side in (native, trick):
+        assert torch.equal(side["round_to"].view(torch.int16), side["round_to_torch"].view(torch.int16))
