@@ -1,5 +1,6 @@
-"""`_tl.round_to`: the GPU's one RTNE convert (the default since session 29) against the bit trick the interpreter
-needs ($MODELD_ROUND_BITS=1 keeps it on the GPU): fewer instructions offline, the same bits on the H200."""
+"""`_tl.round_to`: the GPU's one RTNE convert ($MODELD_ROUND_BITS=0; the default once the H200 confirms its bits)
+against the bit trick the interpreter needs (=1; the GPU default while _tl.GPU_ROUND_BITS): fewer instructions
+offline, the same bits on the H200."""
 
 from __future__ import annotations
 
@@ -82,3 +83,10 @@ def test_gpu_native_convert_is_the_bit_trick_bit_for_bit(tmp_path):
                            b.view(torch.int16) if b.dtype == torch.bfloat16 else b), name
     for side in (native, trick):
         assert torch.equal(side["round_to"].view(torch.int16), side["round_to_torch"].view(torch.int16))
+
+
+def test_bad_round_bits_value_fails_the_import():
+    env = {**os.environ, "MODELD_ROUND_BITS": "yes", "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-c", "import modeld.kernels._tl"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "MODELD_ROUND_BITS='yes': expected one of 0, 1" in r.stderr

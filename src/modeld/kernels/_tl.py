@@ -5,19 +5,23 @@ grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-
 is `x.to(tl.bfloat16)` (one cvt.rn.bf16x2.f32 per pair), but Triton 3.6's CPU interpreter *truncates* fp32→bf16
 casts (and implicit casts on store), which makes interpreter results drift from PyTorch by one bf16 ulp
 (KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md), so under the interpreter a bit trick gives RTNE
-instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). Until session 29 the GPU took
-the trick too: ~8 integer instructions per element (KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md).
+instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). The GPU takes the trick too
+while GPU_ROUND_BITS is True: ~8 integer instructions per element where one convert would do
+(KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: offline sm_90 the convert cuts the rmsnorm's SASS by
+47 %); it flips once the H200 shows the same bits from every kernel family (tests/kernels/test_rounding.py).
 """
 
 from __future__ import annotations
-
-import os
 
 import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-# "1" (read once, at import) keeps the bit trick on the GPU too: the "before" side of an A/B, one process per side
+from modeld.kernels._checks import env_choice
+
+# Whether compiled kernels round with the bit trick as well (True until the H200 confirms the convert's bits);
+# $MODELD_ROUND_BITS "1" / "0" overrides it, read once at import: an A/B takes one process per side
+GPU_ROUND_BITS = True
 ROUND_BITS_ENV = "MODELD_ROUND_BITS"
 
 
@@ -36,7 +40,7 @@ def round_to(x, dtype: tl.constexpr):
 # Triton's own choice for this module, made when it decorated round_to: an interpreted function (TRITON_INTERPRET=1
 # at import) runs as Python, whose casts truncate; a JITFunction compiles for the GPU, whose casts round.
 INTERPRETED = not isinstance(round_to, JITFunction)
-_BIT_TRICK = tl.constexpr(INTERPRETED or os.environ.get(ROUND_BITS_ENV, "0") == "1")
+_BIT_TRICK = tl.constexpr(env_choice(ROUND_BITS_ENV, "1" if GPU_ROUND_BITS else "0", ("0", "1")) == "1" or INTERPRETED)
 
 
 @triton.jit
