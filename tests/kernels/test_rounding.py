@@ -17,35 +17,16 @@ from modeld.kernels._testing import offline_compile_rows
 ROOT = Path(__file__).resolve().parents[2]
 
 # the kernels whose instruction counts the convert cuts most (offline sm_90, s29: rmsnorm 816 -> 432, rope
-# 1504 -> 1080, conv prefill 2560 -> 2056, the gated GDN output 2864 -> 2248)
-COUNT_CODE = r'''
-import os, re
-from bench.feasibility import cuobjdump_sass, ptxas_sm90
-from bench.kernels_recurrent import aot_kernels
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-for name, fn, args, opts in aot_kernels():
-    if name not in ("rmsnorm", "rope", "conv_prefill_rest", "gdn_v2_out_gated"):
-        continue
-    sig = {k: (v if isinstance(v, str) and (v.startswith("*") or v in ("i32", "i64", "fp32")) else "constexpr")
-           for k, v in args.items()}
-    consts = {k: v for k, v in args.items() if sig[k] == "constexpr"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)   # as launched (see aot_check)
-             if sig[n].startswith("*") or n.startswith("stride") or n in ("Hv", "C", "D", "V")}
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=opts)
-    _, obj = ptxas_sm90(k.asm["ptx"], "round")
-    n = sum(1 for ln in cuobjdump_sass(obj).splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln))
-    trick = len(re.findall(r"\b32767\b", k.asm["ptx"]))   # the trick's rounding bias 0x7FFF
-    print(f"ROUND name={name} instr={n} trick={trick} bits={os.environ.get('MODELD_ROUND_BITS', '0')}")
-'''
+# 1504 -> 1080, conv prefill 2560 -> 2056, the gated GDN output 2864 -> 2248), through bench/sass_counts.py
+KERNELS = ("rmsnorm", "rope", "conv_prefill_rest", "gdn_v2_out_gated")
+COUNT_CODE = (f"from bench.sass_counts import main; "
+              f"main(['--only', {','.join(KERNELS)!r}, '--gated-norm-tiles', '16x4'])")
 
 
 def _counts(bits: str) -> dict[str, dict[str, str]]:
     os.environ["MODELD_ROUND_BITS"] = bits
     try:
-        return {r["name"]: r for r in offline_compile_rows(COUNT_CODE, "ROUND", ROOT)}
+        return {r["name"]: r for r in offline_compile_rows(COUNT_CODE, "SASS", ROOT)}
     finally:
         del os.environ["MODELD_ROUND_BITS"]
 
@@ -54,7 +35,7 @@ def test_native_convert_cuts_instructions_offline():
     """Offline sm_90: with the convert each kernel has at least 10 % fewer SASS instructions and no trace of the
     trick's 0x7FFF bias in its PTX; with $MODELD_ROUND_BITS=1 the bias is there (the trick compiled in)."""
     native, trick = _counts("0"), _counts("1")
-    assert set(native) == set(trick) == {"rmsnorm", "rope", "conv_prefill_rest", "gdn_v2_out_gated"}
+    assert set(native) == set(trick) == {*KERNELS, "gated_rmsnorm_16x4"}
     for name in native:
         assert int(native[name]["instr"]) < 0.9 * int(trick[name]["instr"]), (name, native[name], trick[name])
         assert int(native[name]["trick"]) == 0 < int(trick[name]["trick"]), (name, native[name], trick[name])
