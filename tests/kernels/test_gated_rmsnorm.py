@@ -72,6 +72,18 @@ def test_tiles_change_no_result(tile, gen, device, monkeypatch):
     assert torch.equal(tt.gated_rms_norm(x, z, w, 1e-6), default)
 
 
+def test_row_count_past_int32_numbering_is_refused(gen, device, monkeypatch):
+    """The kernel numbers rows in int32 (an int64 division per row made it issue-bound): more rows than MAX_ROWS
+    raise before a launch (patched down to 20 here: a 2^31-row input does not fit this machine)."""
+    x = torch.randn(7, 3, 16, generator=gen).bfloat16().to(device)
+    w = torch.ones(16, dtype=torch.bfloat16, device=device)
+    monkeypatch.setattr(tt, "MAX_ROWS", 21)
+    assert tt.gated_rms_norm(x, x, w, 1e-6).shape == x.shape
+    monkeypatch.setattr(tt, "MAX_ROWS", 20)
+    with pytest.raises(KernelShapeError, match="int32 row numbers"):
+        tt.gated_rms_norm(x, x, w, 1e-6)
+
+
 @pytest.mark.parametrize("text", ["3,4", "256,4", "32,3", "32", "x,y"])
 def test_tile_env_rejects_bad_values(text, monkeypatch):
     monkeypatch.setenv(tt.TILE_ENV, text)

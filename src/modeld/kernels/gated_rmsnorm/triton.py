@@ -21,6 +21,8 @@ from modeld.kernels.gated_rmsnorm.reference import check_gated_inputs, gate_rows
 __all__ = ["gated_rms_norm"]
 
 MAX_DV = 4096
+# the kernel numbers rows in int32 (its last program's arange ends ROWS - 1 past n_rows, ROWS <= 128)
+MAX_ROWS = 2**31 - 128
 # Rows per program and warps; None: min(16, 2048 / BLOCK_D) rows at 4 warps (16 rows of the 27B's Dv 128). Session 28's
 # cold-32k table: 118 µs per 8192-token call at 27B heads, 0.53 of the 3-pass byte floor (the residual RMSNorm reaches
 # 0.8): 2,048-element programs may be too short to keep enough loads in flight. $MODELD_GATED_NORM_TILE =
@@ -51,12 +53,14 @@ def _gated_rmsnorm_kernel(
     BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):
     light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    # row numbers in int32 (the host checks n_rows <= MAX_ROWS): an int64 division by H is a ~40-instruction routine per
+    # row, which made this kernel issue-bound; the offsets themselves are int64
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < Dv)
-    offs = rows[:, None] * Dv + cols[None, :]
+    offs = rows.to(tl.int64)[:, None] * Dv + cols[None, :]
     # z: row r is head r % H of token r // H, tokens stride_zt apart (H * Dv when z is contiguous)
-    z_offs = ((rows // H) * stride_zt + (rows % H) * Dv)[:, None] + cols[None, :]
+    z_offs = ((rows // H).to(tl.int64) * stride_zt + (rows % H) * Dv)[:, None] + cols[None, :]
     # LOADS_FIRST (kernels/_loads_first.py): z and w in flight before the reduction waits for x
     x = tl.load(x_ptr + offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
     z = tl.load(z_ptr + z_offs, mask=mask, other=0.0, volatile=LOADS_FIRST).to(tl.float32)
@@ -81,6 +85,8 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     if Dv > MAX_DV:
         raise KernelShapeError(f"Dv={Dv} exceeds the single-tile limit {MAX_DV} of this kernel")
     n_rows = x.numel() // Dv
+    if n_rows > MAX_ROWS:
+        raise KernelShapeError(f"{n_rows} rows of Dv={Dv} exceed this kernel's {MAX_ROWS} (int32 row numbers)")
     out = torch.empty_like(x)
     if n_rows > 0:
         block = triton.next_power_of_2(Dv)
