@@ -246,6 +246,12 @@ def bench_conv(reps):
                     case(f"conv1d_prefill(strided{label})", f"T{T} C{C} W{W}",
                          lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
                          tt.causal_conv1d_prefill, None, reps)
+        # the rows kernel (s29: each input row read once; offline 26 against 31 instructions per element)
+        for tile in tt.ROWS_TILES:
+            with _switched(attrs={"ROWS_TILE": tile}, module=tt):
+                case(f"conv1d_prefill(strided,{tt.candidate_name(tile, None)})", f"T{T} C{C} W{W}",
+                     lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
+                     tt.causal_conv1d_prefill, None, reps)
 
 
 def _gdn_set(N, decode, Hk=16, Hv=48, Dk=128, Dv=128):
@@ -459,6 +465,8 @@ def aot_kernels():
         # SPLIT_FIRST_BLOCK's second launch (T-blocks 1..: no state loads) at a wide candidate tile
         ("conv_prefill_rest", conv._conv_prefill_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf, T=i32,
          C=i32, stride_xt=i32, W=4, W_ROWS=4, BLOCK_T=64, BLOCK_C=256, FIRST=False, T_BLOCK0=1), dict(num_warps=8)),
+        ("conv_prefill_rows", conv._conv_prefill_rows_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf,
+         T=i32, C=i32, stride_xt=i32, W=4, W_ROWS=4, ROWS=16, BLOCK_C=512), dict(num_warps=4)),
         ("conv_decode", conv._conv_decode_kernel, dict(x_ptr=bf, w_ptr=bf, state_ptr=bf, y_ptr=bf, C=i32,
          stride_xb=i32, W=4, BLOCK_C=256, PDL=False), dict(num_warps=4)),
         ("gdn_recurrent", rec._gdn_recurrent_kernel, dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,

@@ -11,7 +11,7 @@
 #   tools/device_checks.sh rounding  # s29: round_to's GPU convert vs the bit trick ($MODELD_ROUND_BITS=1, one process
 #                                    # per side): the bit-for-bit GPU test, then norm / conv / rope rows alternated
 #   tools/device_checks.sh rounding-ttft  # then the cold 32k once per side, its logits compared bit for bit
-#   tools/device_checks.sh kernels   # conv prefill tiles / split; norms (gated-norm tiles); GDN v2 rows
+#   tools/device_checks.sh kernels   # conv prefill tiles / split / rows kernel; norms (gated-norm tiles); GDN v2 rows
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
@@ -97,8 +97,8 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
       | grep --line-buffered -E "attention prefill"
     ;;
   kernels)
-    # the conv prefill's tiles / first-block split (s26 candidates, conv1d/triton.py), then the GDN v2 rows (incl.
-    # the s26 product-bd prep at every length)
+    # the conv prefill's tiles / first-block split (s26 candidates, conv1d/triton.py) and the s29 rows kernel
+    # (conv1d_prefill(strided,rows...)), then the GDN v2 rows (incl. the s26 product-bd prep at every length)
     timeout 120 python3 bench/kernels_recurrent.py --out "$OUT/$step/conv" --only conv --reps 20 2>&1 \
       | grep --line-buffered -E "conv1d_prefill\(strided"
     # the norms, incl. the gated norm as the model calls it with the $MODELD_GATED_NORM_TILE tiles (s28)

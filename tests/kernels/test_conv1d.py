@@ -55,6 +55,33 @@ def test_prefill_tiles_and_split_match_reference(tile, split, gen, device, monke
         _check_prefill(*case, gen, device, strided=True)
 
 
+def _strided_problem(T, C, W, gen, device):
+    x = torch.randn(T, C + 8, generator=gen).bfloat16().to(device)[:, 4 : 4 + C]
+    return x, _weights(C, W, gen, device), torch.randn(W - 1, C, generator=gen).bfloat16().to(device)
+
+
+# the rows kernel: T below one program's rows, several programs with a partial last one, W = 1 (no state), W = 2 / 5
+# (the halo shorter / longer than 3), C not a multiple of BLOCK_C
+ROWS_CASES_CPU = [(1, 130, 4), (97, 300, 4), (70, 40, 1), (37, 24, 2), (45, 20, 5)]
+
+
+@pytest.mark.parametrize("tile", tt.ROWS_TILES, ids=[tt.candidate_name(t, None) for t in tt.ROWS_TILES])
+def test_prefill_rows_kernel_is_the_tile_kernel_bit_for_bit(tile, gen, device, monkeypatch):
+    """The rows kernel (each input row read once) against the reference, and bit for bit against the default tile
+    kernel (the same sums in the same order), outputs and final states."""
+    for case in ROWS_CASES_CPU:
+        x, w, s0 = _strided_problem(*case, gen, device)
+        s_ref, s_tile, s_rows = s0.clone(), s0.clone(), s0.clone()
+        monkeypatch.setattr(tt, "ROWS_TILE", None)
+        y_tile = tt.causal_conv1d_prefill(x, w, s_tile)
+        monkeypatch.setattr(tt, "ROWS_TILE", tile)
+        assert tt.prefill_choice() == (tile, None)
+        y_rows = tt.causal_conv1d_prefill(x, w, s_rows)
+        assert_close(y_rows, ref.causal_conv1d_prefill(x, w, s_ref))
+        assert_close(s_rows, s_ref, what="state")
+        assert torch.equal(y_rows, y_tile) and torch.equal(s_rows, s_tile), case
+
+
 def test_prefill_env_picks_a_candidate_and_rejects_others(gen, device, monkeypatch):
     """$MODELD_CONV_PREFILL names a candidate (read per call, for engine A/Bs); anything else raises before a launch."""
     monkeypatch.setenv(tt.PREFILL_ENV, "32x256w4-split")
@@ -65,6 +92,9 @@ def test_prefill_env_picks_a_candidate_and_rejects_others(gen, device, monkeypat
         tt.causal_conv1d_prefill(torch.zeros(3, 8, dtype=torch.bfloat16, device=device),
                                  torch.zeros(8, 4, dtype=torch.bfloat16, device=device),
                                  torch.zeros(3, 8, dtype=torch.bfloat16, device=device))
+    monkeypatch.setenv(tt.PREFILL_ENV, "rows16x512w4")
+    assert tt.prefill_choice() == ((16, 512, 4), None)
+    _check_prefill(97, 300, 4, gen, device, strided=True)
     monkeypatch.delenv(tt.PREFILL_ENV)
     assert tt.prefill_choice() == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK)
 
@@ -77,6 +107,22 @@ def test_gpu_prefill_tiles_and_split(tile, split, gen, device, monkeypatch):
     monkeypatch.setattr(tt, "SPLIT_FIRST_BLOCK", split)
     for case in ((2048, 10240, 4), (4097, 333, 4), (1, 10240, 4)):
         _check_prefill(*case, gen, device, strided=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", tt.ROWS_TILES, ids=[tt.candidate_name(t, None) for t in tt.ROWS_TILES])
+def test_gpu_prefill_rows_kernel(tile, gen, device, monkeypatch):
+    """The rows kernel at 27B sizes (C 10240, the in_proj output's row stride) and an awkward C, against the
+    reference and bit for bit against the default tile kernel."""
+    for case in ((2048, 10240, 4), (4097, 333, 4), (1, 10240, 4)):
+        x, w, s0 = _strided_problem(*case, gen, device)
+        s_ref, s_tile, s_rows = s0.clone(), s0.clone(), s0.clone()
+        monkeypatch.setattr(tt, "ROWS_TILE", None)
+        y_tile = tt.causal_conv1d_prefill(x, w, s_tile)
+        monkeypatch.setattr(tt, "ROWS_TILE", tile)
+        y_rows = tt.causal_conv1d_prefill(x, w, s_rows)
+        assert_close(y_rows, ref.causal_conv1d_prefill(x, w, s_ref))
+        assert torch.equal(y_rows, y_tile) and torch.equal(s_rows, s_tile), case
 
 
 def _check_decode(B, C, W, gen, device):

@@ -31,24 +31,33 @@ __all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPL
 PREFILL_TILE = (32, 256, 4)
 PREFILL_TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8), (32, 256, 4))
 SPLIT_FIRST_BLOCK = True
+# The rows kernel (`_conv_prefill_rows_kernel`, session 29, untimed): (ROWS, BLOCK_C, num_warps) candidates, and the
+# default when ROWS_TILE is set (None: the tile kernel above)
+ROWS_TILES = ((8, 1024, 4), (16, 512, 4), (32, 512, 4), (16, 1024, 8))
+ROWS_TILE: tuple[int, int, int] | None = None
 # $MODELD_CONV_PREFILL (read per call) names a candidate for an engine A/B: "<BLOCK_T>x<BLOCK_C>w<warps>", "-split"
-# appended for SPLIT_FIRST_BLOCK, e.g. "64x256w8-split"
+# appended for SPLIT_FIRST_BLOCK, e.g. "64x256w8-split"; "rows<ROWS>x<BLOCK_C>w<warps>" for the rows kernel
 PREFILL_ENV = "MODELD_CONV_PREFILL"
 
 
-def candidate_name(tile: tuple[int, int, int], split: bool) -> str:
-    """The $MODELD_CONV_PREFILL name of a (tile, split) candidate (bench rows are labelled with it too)."""
+def candidate_name(tile: tuple[int, int, int], split: bool | None) -> str:
+    """The $MODELD_CONV_PREFILL name of a (tile, split) candidate, split None for the rows kernel (bench rows are
+    labelled with it too)."""
+    if split is None:
+        return f"rows{tile[0]}x{tile[1]}w{tile[2]}"
     return f"{tile[0]}x{tile[1]}w{tile[2]}" + ("-split" if split else "")
 
 
 PREFILL_CANDIDATES = {candidate_name(t, sp): (t, sp) for t in PREFILL_TILES for sp in (False, True)}
+PREFILL_CANDIDATES.update({candidate_name(t, None): (t, None) for t in ROWS_TILES})
 
 
-def prefill_choice() -> tuple[tuple[int, int, int], bool]:
-    """(tile, split first block): $MODELD_CONV_PREFILL's candidate if set, else PREFILL_TILE and SPLIT_FIRST_BLOCK.
+def prefill_choice() -> tuple[tuple[int, int, int], bool | None]:
+    """(tile, split first block) for the tile kernel, or ((ROWS, BLOCK_C, warps), None) for the rows kernel:
+    $MODELD_CONV_PREFILL's candidate if set, else ROWS_TILE if set, else PREFILL_TILE and SPLIT_FIRST_BLOCK.
     Raises KernelValueError for a name not in PREFILL_CANDIDATES."""
     if not os.environ.get(PREFILL_ENV):
-        return PREFILL_TILE, SPLIT_FIRST_BLOCK
+        return (ROWS_TILE, None) if ROWS_TILE is not None else (PREFILL_TILE, SPLIT_FIRST_BLOCK)
     return PREFILL_CANDIDATES[env_choice(PREFILL_ENV, "", tuple(PREFILL_CANDIDATES))]
 
 
@@ -88,18 +97,61 @@ def _conv_prefill_kernel(
     ymask = (ts < T)[:, None] & cmask[None, :]
     tl.store(y_ptr + ts[:, None].to(tl.int64) * C + cs[None, :], _silu_round(acc, act), mask=ymask)
     if FIRST and pid_t == 0:
-        # final state row i = input at time T-(W-1)+i of (state ++ x). Fresh names: Triton's
-        # compiler rejects redefining a loop variable with another shape inside this branch.
-        rows = tl.arange(0, W_ROWS)  # W_ROWS = next power of 2 >= W-1
-        src_t = T - (W - 1) + rows
-        rmask = rows < W - 1
-        from_x = tl.load(x_ptr + src_t[:, None].to(tl.int64) * stride_xt + cs[None, :],
-                         mask=(rmask & (src_t >= 0))[:, None] & cmask[None, :], other=0.0)
-        from_s = tl.load(state_ptr + (W - 1 + src_t)[:, None] * C + cs[None, :],
-                         mask=(rmask & (src_t < 0))[:, None] & cmask[None, :], other=0.0)
-        new = tl.where((src_t >= 0)[:, None], from_x, from_s)
-        tl.debug_barrier()  # every read of the old state by this program precedes the writes
-        tl.store(state_ptr + rows[:, None] * C + cs[None, :], new, mask=rmask[:, None] & cmask[None, :])
+        _write_final_state(x_ptr, state_ptr, T, C, stride_xt, cs, cmask, W, W_ROWS)
+
+
+@triton.jit
+def _write_final_state(x_ptr, state_ptr, T, C, stride_xt, cs, cmask, W: tl.constexpr, W_ROWS: tl.constexpr):
+    """The program holding T-block 0, after its reads of the old state: state row i <- the input at time
+    T-(W-1)+i of (state ++ x), for its channels cs."""
+    rows = tl.arange(0, W_ROWS)  # W_ROWS = next power of 2 >= W-1
+    src_t = T - (W - 1) + rows
+    rmask = rows < W - 1
+    from_x = tl.load(x_ptr + src_t[:, None].to(tl.int64) * stride_xt + cs[None, :],
+                     mask=(rmask & (src_t >= 0))[:, None] & cmask[None, :], other=0.0)
+    from_s = tl.load(state_ptr + (W - 1 + src_t)[:, None] * C + cs[None, :],
+                     mask=(rmask & (src_t < 0))[:, None] & cmask[None, :], other=0.0)
+    new = tl.where((src_t >= 0)[:, None], from_x, from_s)
+    tl.debug_barrier()  # every read of the old state by this program precedes the writes
+    tl.store(state_ptr + rows[:, None] * C + cs[None, :], new, mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _conv_prefill_rows_kernel(
+    x_ptr, w_ptr, state_ptr, y_ptr, T, C, stride_xt,
+    W: tl.constexpr, W_ROWS: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """`_conv_prefill_kernel`'s outputs for ROWS rows from program_id(0) * ROWS, reading each of the ROWS + W - 1
+    input rows once as a [BLOCK_C] vector (converted to fp32 once) instead of W shifted [BLOCK_T, BLOCK_C] tiles:
+    the tile kernel loads and converts every input W times and was issue-bound (offline sm_90, 27B C 10240: 31
+    instructions per element there, 26 here at 16 x 512 x 4 with the GPU's convert). Same sums in the same order
+    (acc += w_j · x_{t-W+1+j}, j ascending), so the same bits. ROWS >= W - 1 keeps the state's reads in program 0,
+    which writes the final state after them."""
+    pid_t = tl.program_id(0)
+    cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cs < C
+    t0 = pid_t * ROWS
+    ws = ()
+    for j in tl.static_range(W):
+        ws = ws + (tl.load(w_ptr + cs * W + j, mask=cmask, other=0.0).to(tl.float32),)
+    xs = ()  # inputs t0 - (W-1) .. t0 + ROWS - 1: the first W - 1 from the old state where before time 0
+    for i in tl.static_range(ROWS + W - 1):
+        tau = t0 - (W - 1) + i
+        xv = tl.load(x_ptr + tau.to(tl.int64) * stride_xt + cs, mask=cmask & (tau >= 0) & (tau < T), other=0.0)
+        if i < W - 1:
+            sv = tl.load(state_ptr + (W - 1 + tau) * C + cs, mask=cmask & (tau < 0), other=0.0)
+            xs = xs + (xv.to(tl.float32) + sv.to(tl.float32),)
+        else:
+            xs = xs + (xv.to(tl.float32),)
+    act = y_ptr.dtype.element_ty
+    for i in tl.static_range(ROWS):
+        acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        for j in tl.static_range(W):
+            acc += ws[j] * xs[i + j]
+        t = t0 + i
+        tl.store(y_ptr + t.to(tl.int64) * C + cs, _silu_round(acc, act), mask=cmask & (t < T))
+    if pid_t == 0:
+        _write_final_state(x_ptr, state_ptr, T, C, stride_xt, cs, cmask, W, W_ROWS)
 
 
 @triton.jit
@@ -144,6 +196,12 @@ def causal_conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, state: torch.Te
     if C == 0:
         return y
     (block_t, block_c, warps), split = prefill_choice()
+    if split is None:  # the rows kernel; ROWS >= W - 1 keeps every state read in program 0
+        rows = max(block_t, W - 1)
+        _conv_prefill_rows_kernel[(max(1, triton.cdiv(T, rows)), triton.cdiv(C, block_c))](
+            x, weight, state, y, T, C, x.stride(0), W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), ROWS=rows,
+            BLOCK_C=block_c, num_warps=warps)
+        return y
     block_t = max(block_t, triton.next_power_of_2(W))  # every state read inside the first T-block
     t_blocks, c_blocks = max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c)
     common = dict(W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
