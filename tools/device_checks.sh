@@ -4,7 +4,8 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s28: KPRE across head dims)
+#   tools/device_checks.sh tests-new # the last sessions' new / changed GPU tests (s28: KPRE across head dims;
+#                                    # s29: rounding, conv rows kernel, gated norm)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -64,6 +65,10 @@ case "$step" in
     MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
       tests/kernels/test_gdn.py -k "random_shapes" \
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
+    # s29: round_to's convert bit for bit against the trick, the conv rows kernel, the gated norm's int32 rows
+    timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rounding.py \
+      tests/kernels/test_conv1d.py tests/kernels/test_gated_rmsnorm.py \
+      --junitxml="$OUT/$step/pytest-s29.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   rounding)
     # KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: the same bits from every kernel family either way,
