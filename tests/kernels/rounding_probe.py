@@ -57,7 +57,8 @@ def run(path: str) -> None:
 
     x, res, w = randn(300, 5120, scale=3), randn(300, 5120), randn(5120, scale=0.1)
     out["rms_norm"] = norm.rms_norm(x, w, 1e-6, True)
-    out["add_rms_norm"], out["add_rms_norm_residual"] = norm.add_rms_norm(x, res, w, 1e-6, True)
+    added = norm.add_rms_norm(x, res, w, 1e-6, True)
+    out["add_rms_norm"], out["add_rms_norm_residual"] = added.out, added.residual
     z = randn(300, 48, 128, scale=2)
     out["gated_rms_norm"] = gnorm.gated_rms_norm(randn(300, 48, 128), z, randn(128, scale=0.3), 1e-6)
     q = randn(300, 24, 256)
