@@ -548,26 +548,30 @@ def aot_kernels():
     ]
 
 
-def aot_check() -> int:
-    """Compile every kernel for sm_90 on this machine (no GPU needed: Triton ships ptxas) and report
-    shared memory; fails on a compile error or more shared memory than an H100/H200 block may use."""
+def compile_sm90(fn, args: dict, opts: dict):
+    """One `aot_kernels()` entry compiled for sm_90 (no GPU needed), as the launcher specialises it: 16-divisible
+    pointers, strides and head / width ints (without these attrs the shared memory estimate is low: GDN scan at 3
+    stages 239 KB unspecialised, 305 KB as launched)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    sig = {k: (v if isinstance(v, str) and (v.startswith("*") or v in ("i32", "i64", "fp32")) else "constexpr")
+           for k, v in args.items()}
+    consts = {k: v for k, v in args.items() if sig[k] == "constexpr"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)
+             if sig[n].startswith("*") or n.startswith("stride") or n in ("Hv", "C", "D", "V")}
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def aot_check() -> int:
+    """Compile every kernel for sm_90 on this machine (no GPU needed: Triton ships ptxas) and report
+    shared memory; fails on a compile error or more shared memory than an H100/H200 block may use."""
     limit, bad = 232448, 0
     for name, fn, args, opts in aot_kernels():
-        sig = {k: (v if isinstance(v, str) and (v.startswith("*") or v in ("i32", "i64", "fp32")) else "constexpr")
-               for k, v in args.items()}
-        consts = {k: v for k, v in args.items() if sig[k] == "constexpr"}
-        # the launcher specialises 16-divisible pointers and ints; without these attrs the shared
-        # memory estimate is low (GDN scan at 3 stages: 239 KB unspecialised, 305 KB as launched)
-        names = list(sig)
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-                 if sig[n].startswith("*") or n.startswith("stride") or n in ("Hv", "C", "D", "V")}
         try:
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32), options=opts)
+            k = compile_sm90(fn, args, opts)
             smem = k.metadata.shared
             ok = smem <= limit
             print(f"  {name:<16} sm_90 ok   shared {smem:7d} B{'' if ok else '  OVER LIMIT'}", flush=True)

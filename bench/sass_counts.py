@@ -31,23 +31,12 @@ def count(kernel, tag: str) -> tuple[int, int | None, int]:
 
 
 def aot_rows(only: list[str]) -> None:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from bench.kernels_recurrent import aot_kernels
+    from bench.kernels_recurrent import aot_kernels, compile_sm90
 
     for name, fn, args, opts in aot_kernels():
         if only and name not in only:
             continue
-        sig = {k: (v if isinstance(v, str) and (v.startswith("*") or v in ("i32", "i64", "fp32")) else "constexpr")
-               for k, v in args.items()}
-        consts = {k: v for k, v in args.items() if sig[k] == "constexpr"}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)   # as launched (see aot_check)
-                 if sig[n].startswith("*") or n.startswith("stride") or n in ("Hv", "C", "D", "V")}
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options=opts)
-        n, regs, trick = count(k, "sass")
+        n, regs, trick = count(compile_sm90(fn, args, opts), "sass")
         print(f"SASS name={name} instr={n} regs={regs} trick={trick}", flush=True)
 
 
