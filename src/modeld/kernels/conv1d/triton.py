@@ -124,7 +124,7 @@ def _conv_prefill_rows_kernel(
     """`_conv_prefill_kernel`'s outputs for ROWS rows from program_id(0) * ROWS, reading each of the ROWS + W - 1
     input rows once as a [BLOCK_C] vector (converted to fp32 once) instead of W shifted [BLOCK_T, BLOCK_C] tiles:
     the tile kernel loads and converts every input W times and was issue-bound (offline sm_90, 27B C 10240: 31
-    instructions per element there, 26 here at 16 x 512 x 4 with the GPU's convert). Same sums in the same order
+    instructions per element there, 28 here at 16 x 512 x 4 with the GPU's convert). Same sums in the same order
     (acc += w_j · x_{t-W+1+j}, j ascending), so the same bits. ROWS >= W - 1 keeps the state's reads in program 0,
     which writes the final state after them."""
     pid_t = tl.program_id(0)
