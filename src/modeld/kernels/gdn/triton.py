@@ -168,6 +168,12 @@ SPLIT_PREP_MAXNREG: int | None = None
 # (findings/gdn-state-kpre-measured-h200-s28.md).
 STATE_KPRE_ENV = "MODELD_GDN_STATE_KPRE"
 V2_STATE_KPRE = False
+# KPRE runs only where BLOCK_K >= this (Dk > 32), elsewhere the plain state pass (session 29, offline sm_90): at
+# BLOCK_K 64 / 128 the update's Kdᵀ·Vn is a wgmma like the plain pass's, at 16 / 32 it becomes mma.sync fed by
+# ldmatrix.trans straight from the cp.async stage buffer of the loaded kd (the plain pass transposes a tile it stored
+# itself): the only codegen the 27B (Dk 128, exact on the H200) never ran, and the suspect of the session-28
+# random-shape failure. test_gpu_state_kpre_head_dims lowers it to map the small dims on the H200.
+KPRE_MIN_BLOCK_K = 64
 # The model's GDN output norm (gated RMSNorm) fused into the v2 output pass (session 28, not yet timed): with the gate
 # passed to gdn_prefill the output pass runs one V-block of the whole Dv at FUSED_OUTPUT_WARPS (the (128, 8) tile
 # measured 1.01x the default (64, 4) at T 4096 in session 21) and normalises before storing: o never goes to memory
@@ -348,7 +354,8 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         if not kind.startswith("product") or state_transposed():
             raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
                                    f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
-        kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
+        if block_k >= KPRE_MIN_BLOCK_K:
+            kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
     if kind == "product-bd-split":
         _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
     else:
