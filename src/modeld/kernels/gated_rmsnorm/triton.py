@@ -32,12 +32,12 @@ TILE_ENV = "MODELD_GATED_NORM_TILE"
 
 
 def tile(block_d: int) -> tuple[int, int]:
-    """(rows per program, num_warps): $MODELD_GATED_NORM_TILE if set, else TILE, else the default for BLOCK_D.
-    Raises KernelValueError unless rows is a power of two in 1..128 and warps one of 1, 2, 4, 8."""
+    """(rows per program, num_warps): $MODELD_GATED_NORM_TILE ("rows,warps" or "rows:warps") if set, else TILE, else
+    the default for BLOCK_D. Raises KernelValueError unless rows is a power of two in 1..128 and warps one of 1, 2, 4, 8."""
     text = os.environ.get(TILE_ENV)
     if text:
         try:
-            rows, warps = (int(v) for v in text.split(","))
+            rows, warps = (int(v) for v in text.replace(":", ",").split(","))  # ':' too: ttft_long --cold-ab
         except ValueError:
             rows = warps = 0
         if not (1 <= rows <= 128 and rows & (rows - 1) == 0 and warps in (1, 2, 4, 8)):
