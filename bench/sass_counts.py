@@ -69,10 +69,22 @@ def main(argv=None) -> int:
     ap.add_argument("--no-aot", action="store_true", help="skip the aot_kernels() rows")
     a = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)   # compiled kernels only; must precede the kernels' import
+    from bench.kernels_recurrent import aot_kernels
+
+    only = [s for s in a.only.split(",") if s]
+    unknown = sorted(set(only) - {entry[0] for entry in aot_kernels()})
+    if unknown:
+        ap.error(f"--only: no kernel named {', '.join(unknown)} in aot_kernels() "
+                 f"(known: {', '.join(entry[0] for entry in aot_kernels())})")
+    tiles = [s for s in a.gated_norm_tiles.split(",") if s]
+    for text in tiles:
+        rows, _, warps = text.partition("x")
+        if not (rows.isdigit() and warps in ("1", "2", "4", "8") and int(rows) in (1, 2, 4, 8, 16, 32, 64, 128)):
+            ap.error(f"--gated-norm-tiles: {text!r} is not ROWSxWARPS (rows a power of two up to 128, warps 1-8)")
     if not a.no_aot:
-        aot_rows([s for s in a.only.split(",") if s])
-    if a.gated_norm_tiles:
-        gated_norm_rows([s for s in a.gated_norm_tiles.split(",") if s])
+        aot_rows(only)
+    if tiles:
+        gated_norm_rows(tiles)
     return 0
 
 

@@ -71,3 +71,13 @@ def test_bad_round_bits_value_fails_the_import():
     r = subprocess.run([sys.executable, "-c", "import modeld.kernels._tl"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "MODELD_ROUND_BITS='yes': expected one of 0, 1" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [(["--only", "rmsnorm,nope"], "no kernel named nope"),
+                                           (["--no-aot", "--gated-norm-tiles", "16"], "is not ROWSxWARPS")])
+def test_sass_counts_refuses_bad_arguments(args, message):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "sass_counts.py"), *args], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
