@@ -222,6 +222,13 @@ def bench_rope(reps):
              2 * T * H * 128 * 2 + T * 8, tt.apply_rope, ref.apply_rope, reps)
 
 
+CONV_ROWS: tuple[str, ...] = ()  # --conv-rows: the prefill candidate rows to time beside the default (empty: all)
+
+
+def _conv_row_wanted(label: str) -> bool:
+    return not CONV_ROWS or any(text in label for text in CONV_ROWS)
+
+
 def bench_conv(reps):
     from modeld.kernels.conv1d import reference as ref, triton as tt
 
@@ -242,12 +249,16 @@ def bench_conv(reps):
                 # the candidate's $MODELD_CONV_PREFILL name, for the engine A/B of a winner
                 label = "" if (tile, split) == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK) else \
                     f",{tt.candidate_name(tile, split)}"
+                if label and not _conv_row_wanted(label):
+                    continue
                 with _switched(attrs={"PREFILL_TILE": tile, "SPLIT_FIRST_BLOCK": split}, module=tt):
                     case(f"conv1d_prefill(strided{label})", f"T{T} C{C} W{W}",
                          lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
                          tt.causal_conv1d_prefill, None, reps)
         # the rows kernel (s29: each input row read once; offline 26 against 31 instructions per element)
         for tile in tt.ROWS_TILES:
+            if not _conv_row_wanted(tt.candidate_name(tile, None)):
+                continue
             with _switched(attrs={"ROWS_TILE": tile}, module=tt):
                 case(f"conv1d_prefill(strided,{tt.candidate_name(tile, None)})", f"T{T} C{C} W{W}",
                      lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
@@ -594,11 +605,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gdn-rows", default="", metavar="TEXT[,TEXT]",
                         help="gdn group: only the default v2 row and the v2 variant rows whose label contains one of "
                              "these (e.g. 'product-bd'); no decode, v1 or recurrent rows")
+    parser.add_argument("--conv-rows", default="", metavar="TEXT[,TEXT]",
+                        help="conv group: the default prefill rows and only the candidate rows whose name contains "
+                             "one of these (e.g. 'rows', or 'none' for the defaults alone)")
     parser.add_argument("--aot", action="store_true",
                         help="no GPU needed: compile every kernel for sm_90 and check shared memory, then exit")
     args = parser.parse_args(argv)
-    global GDN_ROWS
+    global GDN_ROWS, CONV_ROWS
     GDN_ROWS = tuple(t for t in args.gdn_rows.split(",") if t)
+    CONV_ROWS = tuple(t for t in args.conv_rows.split(",") if t)
     if args.aot:
         return aot_check()
     if not torch.cuda.is_available():

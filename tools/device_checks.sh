@@ -73,12 +73,13 @@ case "$step" in
   rounding)
     # KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: the same bits from every kernel family either way,
     # then each side's rows twice, alternated (ratios within one call; the side is fixed per process at import)
-    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rounding.py 2>&1 \
+    timeout 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rounding.py 2>&1 \
       | grep --line-buffered -E " passed| failed|Error|assert"
     for r in 1 2; do
       for bits in 1 0; do
-        MODELD_ROUND_BITS=$bits timeout 100 python3 bench/kernels_recurrent.py --out "$OUT/$step/rows-b$bits-r$r" \
-          --only norms --only conv --only rope --reps 20 2>&1 \
+        # the default conv rows only (--conv-rows none): 4 processes x ~1 min fit the call beside the test
+        MODELD_ROUND_BITS=$bits timeout 90 python3 bench/kernels_recurrent.py --out "$OUT/$step/rows-b$bits-r$r" \
+          --only norms --only conv --only rope --conv-rows none --reps 20 2>&1 \
           | grep --line-buffered -E "rms_norm|conv1d_prefill\(strided\)|rope" | sed -u "s/^/bits=$bits r$r /"
       done
     done
