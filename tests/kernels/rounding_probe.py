@@ -1,11 +1,12 @@
 """Run on the GPU by test_rounding.py in a child process: every kernel family that rounds through `_tl.round_to`
-(rms norms, gated norm, rope with the q/k norm, conv1d, the GDN v2 prefill with the fused output norm, the final
-norm + logits, int4 / fp8 dequantization) plus `round_to` itself on edge values, on inputs fixed by a seed. Saves
+(rms norms, gated norm, rope with the q/k norm, conv1d, the GDN v2 prefill with its output norm after it and fused
+into its output pass, the final norm + logits, int4 dequantization) plus `round_to` itself on edge values, on inputs fixed by a seed. Saves
 {name: output} with torch.save to argv[1]. `$MODELD_ROUND_BITS` is read when `_tl` is imported, so the parent runs
 this once per setting and compares the files: the GPU's convert and the bit trick must agree bit for bit."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -78,7 +79,11 @@ def run(path: str) -> None:
     dt_bias = randn(Hv, scale=0.5)
     s = (torch.randn(Hv, D, D, generator=gen) * 0.3).cuda()
     gate = (randn(T, Hv, D, scale=2), randn(D, scale=0.3) + 1, 1e-6)
+    s_fused = s.clone()
     out["gdn_prefill_gated"], out["gdn_state"] = gdn.gdn_prefill(qg, kg, vg, a, b, A_log, dt_bias, s, gate=gate), s
+    os.environ[gdn.FUSED_NORM_ENV] = "1"   # the norm in the output pass's epilogue (read per call)
+    out["gdn_prefill_fused_norm"] = gdn.gdn_prefill(qg, kg, vg, a, b, A_log, dt_bias, s_fused, gate=gate)
+    del os.environ[gdn.FUSED_NORM_ENV]
     out["final_norm_logits"] = logits.final_norm_logits(randn(3, 5120, scale=3), randn(5120, scale=0.1),
                                                         randn(4096, 5120, scale=0.02), 1e-6)
     qweight = torch.randint(0, 256, (512, 1024), generator=gen, dtype=torch.uint8).cuda()
