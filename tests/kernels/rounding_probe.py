@@ -1,8 +1,9 @@
 """Run on the GPU by test_rounding.py in a child process: every kernel family that rounds through `_tl.round_to`
 (rms norms, gated norm, rope with the q/k norm, conv1d, the GDN v2 prefill with its output norm after it and fused
 into its output pass, the final norm + logits, int4 dequantization) plus `round_to` itself on edge values, on inputs
-fixed by a seed. Saves {name: output} with torch.save to argv[1]. `$MODELD_ROUND_BITS` is read when `_tl` is imported, so the parent runs
-this once per setting and compares the files: the GPU's convert and the bit trick must agree bit for bit."""
+fixed by a seed. Saves {name: output} with torch.save to argv[1]. `$MODELD_ROUND_BITS` is read when `_tl` is
+imported, so the parent runs this once per setting and compares the files: the GPU's convert and the bit trick must
+agree bit for bit."""
 
 from __future__ import annotations
 
