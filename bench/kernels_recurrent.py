@@ -244,23 +244,13 @@ def bench_conv(reps):
     # one snapshot segment (2048) or a whole piece (8192); every tile candidate, with and without the first T-block
     # split off (session 26: 0.35 of the copy floor at the default tile)
     for T in (2048, 8192):
-        for tile in tt.PREFILL_TILES:
-            for split in (False, True):
-                # the candidate's $MODELD_CONV_PREFILL name, for the engine A/B of a winner
-                label = "" if (tile, split) == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK) else \
-                    f",{tt.candidate_name(tile, split)}"
-                if label and not _conv_row_wanted(label):
-                    continue
-                with _switched(attrs={"PREFILL_TILE": tile, "SPLIT_FIRST_BLOCK": split}, module=tt):
-                    case(f"conv1d_prefill(strided{label})", f"T{T} C{C} W{W}",
-                         lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
-                         tt.causal_conv1d_prefill, None, reps)
-        # the rows kernel (s29: each input row read once; offline 26 against 31 instructions per element)
-        for tile in tt.ROWS_TILES:
-            if not _conv_row_wanted(tt.candidate_name(tile, None)):
+        for name, candidate in tt.PREFILL_CANDIDATES.items():   # tile kernel (with / without the split), rows kernel
+            default = candidate == (tt.PREFILL_TILE, tt.SPLIT_FIRST_BLOCK)
+            if not default and not _conv_row_wanted(name):
                 continue
-            with _switched(attrs={"ROWS_TILE": tile}, module=tt):
-                case(f"conv1d_prefill(strided,{tt.candidate_name(tile, None)})", f"T{T} C{C} W{W}",
+            # the candidate's $MODELD_CONV_PREFILL name labels the row, for the engine A/B of a winner
+            with _switched({tt.PREFILL_ENV: name}):
+                case(f"conv1d_prefill(strided{'' if default else ',' + name})", f"T{T} C{C} W{W}",
                      lambda T=T: (bf16(T, C + 6144)[:, :C], w, bf16(W - 1, C)), T * C * 2 * 2 + C * W * 2,
                      tt.causal_conv1d_prefill, None, reps)
 

@@ -59,8 +59,9 @@ case "$step" in
     # the new / changed GPU tests of the last session (s28: KPRE across head dims and tiles, to map the shapes where
     # test_gpu_random_shapes failed with it forced; the fused GDN output norm; the gated-norm tiles; then
     # test_gpu_random_shapes itself under the forcing env); the whole suite before any default flips
-    timeout -s INT -k 20 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_gdn_variants.py \
-      tests/kernels/test_gated_rmsnorm.py tests/engine/test_engine_triton_binding.py \
+    timeout -s INT -k 20 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_gdn_kpre.py \
+      tests/kernels/test_gdn_fused_norm.py tests/kernels/test_gated_rmsnorm.py \
+      tests/engine/test_engine_triton_binding.py \
       -k "kpre or fused or gpu_tiles" --junitxml="$OUT/$step/pytest-kpre.xml" 2>&1 | grep --line-buffered -v -i warning
     MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
       tests/kernels/test_gdn.py -k "random_shapes" \

@@ -1,6 +1,6 @@
-"""Gated DeltaNet test problems shared by test_gdn.py and test_gdn_variants.py: model-shaped random inputs, the
-Triton-vs-reference checks (tf32 rows where the GPU multiplies in tf32, or where a variant rounds operands to 10 bits
-everywhere), near-parallel keys, and the GPU case table."""
+"""Gated DeltaNet test problems shared by test_gdn.py, test_gdn_variants.py, test_gdn_kpre.py and
+test_gdn_fused_norm.py: model-shaped random inputs, the Triton-vs-reference checks (tf32 rows where the GPU multiplies
+in tf32, or where a variant rounds operands to 10 bits everywhere), near-parallel keys, and the GPU case table."""
 
 from __future__ import annotations
 

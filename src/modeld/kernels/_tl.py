@@ -40,7 +40,7 @@ def round_to(x, dtype: tl.constexpr):
 # Triton's own choice for this module, made when it decorated round_to: an interpreted function (TRITON_INTERPRET=1
 # at import) runs as Python, whose casts truncate; a JITFunction compiles for the GPU, whose casts round.
 INTERPRETED = not isinstance(round_to, JITFunction)
-_BIT_TRICK = tl.constexpr(env_choice(ROUND_BITS_ENV, "1" if GPU_ROUND_BITS else "0", ("0", "1")) == "1" or INTERPRETED)
+_BIT_TRICK = tl.constexpr(INTERPRETED | (env_choice(ROUND_BITS_ENV, "1" if GPU_ROUND_BITS else "0", ("0", "1")) == "1"))
 
 
 @triton.jit

@@ -196,16 +196,15 @@ def causal_conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, state: torch.Te
     if C == 0:
         return y
     (block_t, block_c, warps), split = prefill_choice()
+    w_rows = triton.next_power_of_2(max(W - 1, 1))
     if split is None:  # the rows kernel; ROWS >= W - 1 keeps every state read in program 0
         rows = max(block_t, W - 1)
         _conv_prefill_rows_kernel[(max(1, triton.cdiv(T, rows)), triton.cdiv(C, block_c))](
-            x, weight, state, y, T, C, x.stride(0), W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), ROWS=rows,
-            BLOCK_C=block_c, num_warps=warps)
+            x, weight, state, y, T, C, x.stride(0), W=W, W_ROWS=w_rows, ROWS=rows, BLOCK_C=block_c, num_warps=warps)
         return y
     block_t = max(block_t, triton.next_power_of_2(W))  # every state read inside the first T-block
     t_blocks, c_blocks = max(1, triton.cdiv(T, block_t)), triton.cdiv(C, block_c)
-    common = dict(W=W, W_ROWS=triton.next_power_of_2(max(W - 1, 1)), BLOCK_T=block_t, BLOCK_C=block_c,
-                  num_warps=warps)
+    common = dict(W=W, W_ROWS=w_rows, BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps)
     split = split and t_blocks > 1
     _conv_prefill_kernel[(1 if split else t_blocks, c_blocks)](x, weight, state, y, T, C, x.stride(0), **common)
     if split:  # T-blocks 1.. never touch the state: no ordering with the launch above

@@ -33,7 +33,8 @@ TILE_ENV = "MODELD_GATED_NORM_TILE"
 
 def tile(block_d: int) -> tuple[int, int]:
     """(rows per program, num_warps): $MODELD_GATED_NORM_TILE ("rows,warps" or "rows:warps") if set, else TILE, else
-    the default for BLOCK_D. Raises KernelValueError unless rows is a power of two in 1..128 and warps one of 1, 2, 4, 8."""
+    the default for BLOCK_D. Raises KernelValueError unless rows is a power of two in 1..128 and warps one of 1, 2,
+    4, 8."""
     text = os.environ.get(TILE_ENV)
     if text:
         try:
@@ -53,8 +54,8 @@ def _gated_rmsnorm_kernel(
     BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):
     light_prologue(PDL)  # (wait, then) let the next kernel launch (kernels/_pdl.py)
-    # row numbers in int32 (the host checks n_rows <= MAX_ROWS): an int64 division by H is a ~40-instruction routine per
-    # row, which made this kernel issue-bound; the offsets themselves are int64
+    # row numbers in int32 (the host checks n_rows <= MAX_ROWS): an int64 division by H is a ~40-instruction routine
+    # per row, which made this kernel issue-bound; the offsets themselves are int64
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < Dv)
