@@ -56,20 +56,24 @@ case "$step" in
       tests/llama tests/cells --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s28: KPRE across head dims and tiles, to map the shapes where
-    # test_gpu_random_shapes failed with it forced; the fused GDN output norm; the gated-norm tiles; then
-    # test_gpu_random_shapes itself under the forcing env); the whole suite before any default flips
-    timeout -s INT -k 20 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_gdn_kpre.py \
-      tests/kernels/test_gdn_fused_norm.py tests/kernels/test_gated_rmsnorm.py \
-      tests/engine/test_engine_triton_binding.py \
-      -k "kpre or fused or gpu_tiles" --junitxml="$OUT/$step/pytest-kpre.xml" 2>&1 | grep --line-buffered -v -i warning
-    MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
-      tests/kernels/test_gdn.py -k "random_shapes" \
-      --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
-    # s29: round_to's convert bit for bit against the trick, the conv rows kernel, the gated norm's int32 rows
-    timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rounding.py \
-      tests/kernels/test_conv1d.py tests/kernels/test_gated_rmsnorm.py \
-      --junitxml="$OUT/$step/pytest-s29.xml" 2>&1 | grep --line-buffered -v -i warning
+    # the new / changed GPU tests of the last sessions (s28: KPRE across head dims and tiles, to map the shapes where
+    # test_gpu_random_shapes failed with it forced; the fused GDN output norm; the gated-norm tiles; s29: round_to's
+    # convert bit for bit against the trick, the conv rows kernel, the gated norm's int32 rows) over xdist workers;
+    # then test_gpu_random_shapes under the forcing env at 6 fresh seeds at once (one process each)
+    xdist=()
+    python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
+    timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
+      tests/kernels/test_gdn_kpre.py tests/kernels/test_gdn_fused_norm.py tests/kernels/test_gated_rmsnorm.py \
+      tests/engine/test_engine_triton_binding.py tests/kernels/test_rounding.py tests/kernels/test_conv1d.py \
+      -k "kpre or fused or gpu_tiles or rounding or conv or gated" --junitxml="$OUT/$step/pytest-new.xml" 2>&1 \
+      | grep --line-buffered -v -i warning
+    for i in 1 2 3 4 5 6; do
+      MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
+        tests/kernels/test_gdn.py -k "random_shapes" --junitxml="$OUT/$step/pytest-kpre-random-$i.xml" \
+        > "$OUT/$step/kpre-random-$i.log" 2>&1 &
+    done
+    wait
+    grep -h -E " passed| failed|AssertionError: gdn|MODELD_TEST_SEED" "$OUT/$step"/kpre-random-*.log
     ;;
   rounding)
     # KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: the same bits from every kernel family either way,
@@ -86,10 +90,13 @@ case "$step" in
     done
     ;;
   rounding-ttft)
-    # the cold 32k (bf16) per side in its own process; logits saved and compared (expected: bit for bit)
+    # the cold 32k (bf16) per side in its own process; logits saved and compared (expected: bit for bit); each side
+    # also A/Bs its $TTFT_AB_B1 / $TTFT_AB_B0 variants (--cold-ab) in the same process
     for bits in 1 0; do
-      MODELD_ROUND_BITS=$bits timeout 270 python3 bench/ttft_long.py --out "$OUT/$step/tl-b$bits" --no-hf --runs 2 \
-        --profiles bf16 --save-cold-logits "$OUT/$step/cold-b$bits" 2>&1 | grep --line-buffered -E "SUMMARY|Error"
+      ab_var=TTFT_AB_B$bits
+      MODELD_ROUND_BITS=$bits timeout 270 python3 bench/ttft_long.py --out "$OUT/$step/tl-b$bits" --no-hf \
+        --runs "${TTFT_RUNS:-2}" --profiles bf16 --cold-ab "${!ab_var:-}" \
+        --save-cold-logits "$OUT/$step/cold-b$bits" 2>&1 | grep --line-buffered -E "SUMMARY|Error|cold-ab round"
     done
     python3 -c "import torch; a, b = (torch.load('$OUT/$step/cold-b%s.bf16.pt' % s) for s in '01'); \
 print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), 'bit for bit', torch.equal(a, b))"
