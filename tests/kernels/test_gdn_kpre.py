@@ -1,6 +1,6 @@
 """The v2 state pass reading the decayed keys the product prep wrote ($MODELD_GDN_STATE_KPRE, session 28) against
-the reference and the plain pass, its guard to the wgmma block sizes (KPRE_MIN_BLOCK_K, session 29), its state tiles,
-and the H200 map of head dims. Split from test_gdn_variants.py."""
+the reference and the plain pass, its guards (the wgmma block sizes, KPRE_MIN_BLOCK_K, session 29; 16-byte rows,
+KPRE_ROW_ALIGN, session 30), its state tiles, and the H200 map of head dims. Split from test_gdn_variants.py."""
 
 from __future__ import annotations
 
@@ -76,11 +76,12 @@ def test_state_kpre_reads_the_prep_keys_not_k(prep, gen, device, monkeypatch):
     assert_close(outs["1"][0], outs["0"][0])
 
 
-@pytest.mark.parametrize("dk", [8, 32, 33])
+@pytest.mark.parametrize("dk", [8, 32, 33, 40, 47, 64])
 def test_state_kpre_only_on_the_wgmma_block_k(dk, gen, device, monkeypatch):
     """KPRE runs only where BLOCK_K >= KPRE_MIN_BLOCK_K (Dk > 32; at BLOCK_K 16 / 32 its transposed key operand
-    would go to mma.sync from the cp.async stage buffer, offline sm_90): below it the prep writes no kd and the
-    state pass reads k, with the flag set; the result is the plain pass's bit for bit."""
+    would go to mma.sync from the cp.async stage buffer, offline sm_90) and Dk is a multiple of KPRE_ROW_ALIGN
+    (session 30: wrong on the H200 at odd Dk): elsewhere the prep writes no kd and the state pass reads k, with the
+    flag set; the result is the plain pass's bit for bit."""
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.STATE_T_ENV, "0")
     spy = _ZeroKeysUnderKpre(tt._chunk_state_kernel)
@@ -91,8 +92,9 @@ def test_state_kpre_only_on_the_wgmma_block_k(dk, gen, device, monkeypatch):
         monkeypatch.setenv(tt.STATE_KPRE_ENV, flag)
         s = state.clone()
         outs.append((tt.gdn_prefill(*args, s), s))
-    assert spy.kpre == [False, dk > 32]
-    if dk <= 32:
+    kpre = dk > 32 and dk % tt.KPRE_ROW_ALIGN == 0
+    assert spy.kpre == [False, kpre]
+    if not kpre:
         assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
@@ -149,9 +151,18 @@ def test_state_kpre_tiles_match_reference(tile, gen, device, monkeypatch):
     check_tf32_rounded((130, 2, 4, 64, 100), gen, device)
 
 
-KPRE_HEAD_DIMS = [(8, 200), (16, 80), (24, 170), (32, 64), (48, 256), (64, 64), (96, 80), (128, 128), (128, 256)]
+# the odd dims are session 30's failing random shapes (Dk, Dv); 100 / 36: 8- and 4-byte rows
+KPRE_HEAD_DIMS = [(8, 200), (16, 80), (24, 170), (32, 64), (48, 256), (64, 64), (96, 80), (128, 128), (128, 256),
+                  (47, 225), (89, 252), (103, 171), (111, 35), (100, 64), (36, 96)]
 _MMA_SYNC_XFAIL = pytest.mark.xfail(strict=False, reason="BLOCK_K 16 / 32: mma.sync from the stage buffer, guarded off")
-KPRE_HEAD_DIM_PARAMS = [pytest.param(dk, dv, id=f"Dk{dk}-Dv{dv}", marks=[_MMA_SYNC_XFAIL] if dk <= 32 else [])
+_UNALIGNED_XFAIL = pytest.mark.xfail(strict=False, reason="Dk not a multiple of 8 (rows not 16-byte): guarded off")
+
+
+def _kpre_guard_marks(dk: int) -> list:
+    return ([_MMA_SYNC_XFAIL] if dk <= 32 else []) + ([_UNALIGNED_XFAIL] if dk % 8 else [])
+
+
+KPRE_HEAD_DIM_PARAMS = [pytest.param(dk, dv, id=f"Dk{dk}-Dv{dv}", marks=_kpre_guard_marks(dk))
                         for dk, dv in KPRE_HEAD_DIMS]
 
 
@@ -162,9 +173,11 @@ def test_gpu_state_kpre_head_dims(dk, dv, gen, device, monkeypatch):
     transposed key operand on mma.sync, 64 / 128 on wgmma; Dv up to 256): on the 27B it is bit for bit the plain pass
     (s28 cold 32k, max |Δlogits| 0), but test_gpu_random_shapes failed with it forced in session 28 (an output off by
     ~33 from the second chunk on; the shape not recorded), so this maps where it is exact
-    (findings/gdn-state-kpre-measured-h200-s28.md). Run on the raw path at every dim (KPRE_MIN_BLOCK_K lowered to 16);
-    the dims the guard keeps off it (Dk <= 32) are expected-to-fail candidates: XPASS / XFAIL records the map."""
+    (findings/gdn-state-kpre-measured-h200-s28.md). Run on the raw path at every dim (KPRE_MIN_BLOCK_K lowered to 16,
+    KPRE_ROW_ALIGN to 1); the dims the guards keep off it (Dk <= 32, Dk not a multiple of 8) are expected-to-fail
+    candidates: XPASS / XFAIL records the map."""
     monkeypatch.setattr(tt, "KPRE_MIN_BLOCK_K", 16)
+    monkeypatch.setattr(tt, "KPRE_ROW_ALIGN", 1)
     monkeypatch.setenv(tt.CHUNK_ENV, "v2")
     monkeypatch.setenv(tt.STATE_T_ENV, "0")
     *args, state = gdn_inputs(300, 1, 2, dk, dv, gen, device, False, True, True)

@@ -23,6 +23,9 @@ from modeld.kernels._checks import env_choice
 # $MODELD_ROUND_BITS "1" / "0" overrides it, read once at import: an A/B takes one process per side
 GPU_ROUND_BITS = True
 ROUND_BITS_ENV = "MODELD_ROUND_BITS"
+# round_to's GPU convert (KNOWLEDGE/asm-inventory.md); one element per asm: pack=2 (cvt.rn.bf16x2.f32) fails to
+# compile where a thread holds one element, and ptxas pairs these into the same F2FP.BF16.F32.PACK_AB anyway
+BF16_CVT_PTX = tl.constexpr("cvt.rn.bf16.f32 $0, $1;")
 
 
 @triton.jit
@@ -33,8 +36,15 @@ def round_to(x, dtype: tl.constexpr):
         bits = bits + 0x7FFF + ((bits >> 16) & 1)
         bits = (bits >> 16) << 16
         return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    elif dtype == tl.bfloat16:
+        # the GPU's convert, as inline PTX: a plain `x.to(tl.bfloat16)` is an LLVM fptrunc that LLVM folds into the
+        # arithmetic around it, and fp-contraction then fuses a rounded product into the next add (RoPE's
+        # round(x cos) + round(rot sin) became one fma.rn.bf16x2: the product's rounding was lost, 1-2 ulp off on
+        # the H200; KNOWLEDGE/pitfalls/llvm-contracts-across-a-bf16-rounding.md). The asm is opaque: the value
+        # rounds exactly where the source says
+        return tl.inline_asm_elementwise(BF16_CVT_PTX, "=h,r", [x], dtype=tl.bfloat16, is_pure=True, pack=1)
     else:
-        return x.to(dtype)  # compiled: the GPU's fp32 -> bf16 / fp16 convert rounds to nearest even
+        return x.to(dtype)  # compiled: the GPU's fp32 -> fp16 convert rounds to nearest even
 
 
 # Triton's own choice for this module, made when it decorated round_to: an interpreted function (TRITON_INTERPRET=1

@@ -174,6 +174,13 @@ V2_STATE_KPRE = False
 # itself): the only codegen the 27B (Dk 128, exact on the H200) never ran, and the suspect of the session-28
 # random-shape failure. test_gpu_state_kpre_head_dims lowers it to map the small dims on the H200.
 KPRE_MIN_BLOCK_K = 64
+# ... and only where Dk is a multiple of this (16-byte rows of kd and W). Session 30 on the H200: with KPRE forced,
+# test_gpu_random_shapes failed at 4 of 6 seeds, every failing shape an odd Dk (47, 89, 103, 111; wrong from the
+# second chunk, up to 460 off), while every multiple of 8 in test_gpu_state_kpre_head_dims (8..128) was exact.
+# Offline sm_90 at Dk 47: KPRE's W and kd tiles are loaded 2 bytes at a time and stored to shared memory with
+# st.shared.b16 (no cp.async) for the asynchronous wgmma, 196 registers against 95 at Dk 48
+# (findings/gdn-state-kpre-measured-h200-s28.md); the plain pass at Dk 47 is exact.
+KPRE_ROW_ALIGN = 8
 # The model's GDN output norm (gated RMSNorm) fused into the v2 output pass (session 28, not yet timed): with the gate
 # passed to gdn_prefill the output pass runs one V-block of the whole Dv at FUSED_OUTPUT_WARPS (the (128, 8) tile
 # measured 1.01x the default (64, 4) at T 4096 in session 21) and normalises before storing: o never goes to memory
@@ -354,7 +361,7 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         if not kind.startswith("product") or state_transposed():
             raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
                                    f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
-        if block_k >= KPRE_MIN_BLOCK_K:
+        if block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0:
             kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
     if kind == "product-bd-split":
         _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
