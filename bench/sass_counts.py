@@ -4,7 +4,7 @@
 
 One line per kernel of `bench/kernels_recurrent.aot_kernels()` (27B shapes, the launcher's 16-divisibility
 attributes): SASS instructions, registers, and how often the PTX holds `round_to`'s bit-trick bias (0x7FFF = 32767;
-0 when the GPU's convert rounds). `--gated-norm-tiles` adds the gated RMSNorm at 27B heads (Dv 128, H 48, z read in
+0 when the GPU's convert rounds) and its bf16 / fp16 arithmetic (half_math). `--gated-norm-tiles` adds the gated RMSNorm at 27B heads (Dv 128, H 48, z read in
 place at row stride 16480) per ROWSxWARPS tile, with instructions per element. `$MODELD_ROUND_BITS` (read when the
 kernels import) picks the rounding (KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md). Lines start with
 "SASS " for tests/kernels/test_rounding.py.
@@ -20,14 +20,18 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def count(kernel, tag: str) -> tuple[int, int | None, int]:
-    """(SASS instructions, registers, occurrences of the trick's bias in the PTX) of a compiled kernel."""
+def count(kernel, tag: str) -> tuple[int, int | None, int, int]:
+    """(SASS instructions, registers, occurrences of the trick's bias in the PTX, bf16 / fp16 arithmetic instructions
+    in the PTX: LLVM narrowing fp32 math around a plain cast, pitfalls/llvm-contracts-across-a-bf16-rounding.md) of a
+    compiled kernel."""
     from bench.feasibility import cuobjdump_sass, ptxas_sm90
 
-    report, obj = ptxas_sm90(kernel.asm["ptx"], tag)
+    ptx = kernel.asm["ptx"]
+    report, obj = ptxas_sm90(ptx, tag)
     regs = re.search(r"Used (\d+) registers", report)
     n = sum(1 for ln in cuobjdump_sass(obj).splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln))
-    return n, (int(regs.group(1)) if regs else None), len(re.findall(r"\b32767\b", kernel.asm["ptx"]))
+    half_math = len(re.findall(r"\b(?:fma|mul|add|sub)\.[a-z.]*(?:bf16|f16)(?:x2)?\b", ptx))
+    return n, (int(regs.group(1)) if regs else None), len(re.findall(r"\b32767\b", ptx)), half_math
 
 
 def aot_rows(only: list[str]) -> None:
@@ -36,8 +40,8 @@ def aot_rows(only: list[str]) -> None:
     for name, fn, args, opts in aot_kernels():
         if only and name not in only:
             continue
-        n, regs, trick = count(compile_sm90(fn, args, opts), "sass")
-        print(f"SASS name={name} instr={n} regs={regs} trick={trick}", flush=True)
+        n, regs, trick, half = count(compile_sm90(fn, args, opts), "sass")
+        print(f"SASS name={name} instr={n} regs={regs} trick={trick} half_math={half}", flush=True)
 
 
 def gated_norm_rows(tiles: list[str]) -> None:
@@ -55,9 +59,9 @@ def gated_norm_rows(tiles: list[str]) -> None:
         rows, warps = (int(v) for v in text.split("x"))
         k, _, _ = _compile_offline(gnorm._gated_rmsnorm_kernel, args, dict(BLOCK_D=D, ROWS=rows, PDL=False,
                                                                            LOADS_FIRST=False, num_warps=warps))
-        n, regs, trick = count(k, "gnorm")
+        n, regs, trick, half = count(k, "gnorm")
         per = n / (rows * D / (32 * warps))
-        print(f"SASS name=gated_rmsnorm_{text} instr={n} regs={regs} trick={trick} per_element={per:.1f}",
+        print(f"SASS name=gated_rmsnorm_{text} instr={n} regs={regs} trick={trick} half_math={half} per_element={per:.1f}",
               flush=True)
 
 

@@ -2,13 +2,14 @@
 
 `grouped_tile(pid, M, N, ...)` maps a 1-D GEMM program id to its (row block, column block) in
 grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. On the GPU that
-is `x.to(tl.bfloat16)` (one cvt.rn.bf16x2.f32 per pair), but Triton 3.6's CPU interpreter *truncates* fp32→bf16
-casts (and implicit casts on store), which makes interpreter results drift from PyTorch by one bf16 ulp
+is the convert `cvt.rn.bf16.f32`, as inline PTX (a plain `x.to(tl.bfloat16)` lets LLVM fuse a rounded product into
+the next add: KNOWLEDGE/pitfalls/llvm-contracts-across-a-bf16-rounding.md). Triton 3.6's CPU interpreter *truncates*
+fp32→bf16 casts (and implicit casts on store), which makes interpreter results drift from PyTorch by one bf16 ulp
 (KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md), so under the interpreter a bit trick gives RTNE
-instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). The GPU takes the trick too
-while GPU_ROUND_BITS is True: ~8 integer instructions per element where one convert would do
-(KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: offline sm_90 the convert cuts the rmsnorm's SASS by
-47 %); it flips once the H200 shows the same bits from every kernel family (tests/kernels/test_rounding.py).
+instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). Session 30 on the H200: the
+convert gives the trick's bits in every kernel family (tests/kernels/test_rounding.py) and the same cold-32k logits,
+with ~8 integer instructions fewer per element (KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md), so
+compiled kernels take it (GPU_ROUND_BITS False; `MODELD_ROUND_BITS=1` brings the trick back for an A/B).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from triton.runtime.jit import JITFunction
 
 from modeld.kernels._checks import env_choice
 
-# Whether compiled kernels round with the bit trick as well (True until the H200 confirms the convert's bits);
-# $MODELD_ROUND_BITS "1" / "0" overrides it, read once at import: an A/B takes one process per side
-GPU_ROUND_BITS = True
+# Whether compiled kernels round with the bit trick as well (False since session 30: the H200 gave the convert's
+# bits equal to the trick's); $MODELD_ROUND_BITS "1" / "0" overrides it, read once at import: an A/B takes one process
+# per side
+GPU_ROUND_BITS = False
 ROUND_BITS_ENV = "MODELD_ROUND_BITS"
 # round_to's GPU convert (KNOWLEDGE/asm-inventory.md); one element per asm: pack=2 (cvt.rn.bf16x2.f32) fails to
 # compile where a thread holds one element, and ptxas pairs these into the same F2FP.BF16.F32.PACK_AB anyway
