@@ -359,10 +359,12 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     block_dv = max(16, triton.next_power_of_2(Dv))
     kd = None
     if version == "v2" and state_kpre():
-        if not kind.startswith("product") or state_transposed():
+        runnable = kind.startswith("product") and not state_transposed()
+        # asked for by name where it cannot run: an error; on by default (V2_STATE_KPRE): the other paths run plain
+        if not runnable and os.environ.get(STATE_KPRE_ENV) == "1":
             raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
                                    f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
-        if block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0:
+        if runnable and block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0:
             kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
     if kind == "product-bd-split":
         _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
