@@ -31,8 +31,9 @@ __all__ = ["causal_conv1d_prefill", "causal_conv1d_decode", "PREFILL_TILE", "SPL
 PREFILL_TILE = (32, 256, 4)
 PREFILL_TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8), (32, 256, 4))
 SPLIT_FIRST_BLOCK = True
-# The rows kernel (`_conv_prefill_rows_kernel`, session 29, untimed): (ROWS, BLOCK_C, num_warps) candidates, and the
-# default when ROWS_TILE is set (None: the tile kernel above)
+# The rows kernel (`_conv_prefill_rows_kernel`, session 29; H200 session 30: cold 32k 1.001x with rows16x512w4, bit
+# for bit, so not the default): (ROWS, BLOCK_C, num_warps) candidates, and the default when ROWS_TILE is set (None:
+# the tile kernel above)
 ROWS_TILES = ((8, 1024, 4), (16, 512, 4), (32, 512, 4), (16, 1024, 8))
 ROWS_TILE: tuple[int, int, int] | None = None
 # $MODELD_CONV_PREFILL (read per call) names a candidate for an engine A/B: "<BLOCK_T>x<BLOCK_C>w<warps>", "-split"

@@ -182,7 +182,8 @@ KPRE_MIN_BLOCK_K = 64
 # st.shared.b16 (no cp.async) for the asynchronous wgmma, 196 registers against 95 at Dk 48
 # (findings/gdn-state-kpre-measured-h200-s28.md); the plain pass at Dk 47 is exact.
 KPRE_ROW_ALIGN = 8
-# The model's GDN output norm (gated RMSNorm) fused into the v2 output pass (session 28, not yet timed): with the gate
+# The model's GDN output norm (gated RMSNorm) fused into the v2 output pass (session 28; H200 session 30: cold 32k
+# 1.005x, i.e. slower, so off; findings/gdn-output-norm-fused-offline.md): with the gate
 # passed to gdn_prefill the output pass runs one V-block of the whole Dv at FUSED_OUTPUT_WARPS (the (128, 8) tile
 # measured 1.01x the default (64, 4) at T 4096 in session 21) and normalises before storing: o never goes to memory
 # unnormalised and the separate norm kernel (22.7 ms of the cold 32k in session 28's table, 0.53 of its byte floor)
