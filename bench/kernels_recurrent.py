@@ -329,6 +329,9 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     rows.append((",product-bdprep,w8", {tt.PREP_ENV: "product-bd"}, {"PRODUCT_PREP_WARPS": 8}))
     # the series in fp16 head + tail products (4 warps: 136 HGMMAs instead of 208; 8 warps: 192 registers, no spill)
     rows += [(f",fp16x3series,w{w}", {tt.INV_PRECISION_ENV: "fp16x3"}, {"PRODUCT_PREP_WARPS": w}) for w in (4, 8)]
+    # the prep's block-level products in fp16 (session 30; offline at 4 warps: half the HGMMAs and shared memory, no
+    # spill; 8 warps: 165 registers)
+    rows += [(f",prepfp16,w{w}", {tt.PREP_PRECISION_ENV: "fp16"}, {"PRODUCT_PREP_WARPS": w}) for w in (4, 8)]
     if T < 4096:
         return rows
     default_state = (tt.V2_STATE_TILE, tt.V2_STATE_STAGES)
@@ -523,6 +526,11 @@ def aot_kernels():
         ("gdn_prep_bd_kd", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
          alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32,
          stride_vt=i32, stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+         INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, KD_OUT=True, **gdn_c),
+         dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
+        ("gdn_prep_bd_kd_fp16", prep3._chunk_prep_product_kernel, dict(k_ptr=bf, v_ptr=bf, a_ptr=bf, b_ptr=bf,
+         alog_ptr=f32, dtb_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32, kd_ptr="*fp16", T=i32, stride_kt=i32,
+         stride_vt=i32, stride_at=i32, stride_bt=i32, Hv=i32, DV=128, BLOCK_DV=128, CHUNK=64, PRECISION="fp16",
          INV_PRECISION=gdn_tt.INV_PRECISION, SUB=16, BATCHED_SERIES=True, KD_OUT=True, **gdn_c),
          dict(num_warps=gdn_tt.PRODUCT_PREP_WARPS, num_stages=1)),
         ("gdn_v2_state_kpre", chunk2._chunk_state_kernel, dict(k_ptr=bf, w_ptr="*fp16", u_ptr=f32, gam_ptr=f32,

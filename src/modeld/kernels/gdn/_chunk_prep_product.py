@@ -18,7 +18,9 @@ C(15, 8) ≈ 6e3 while D's stay ≤ 1), so the six series products run at INV_PR
 tf32 MMAs, ≈ fp32 accuracy; the interpreter multiplies in fp32 anyway), or "fp16x3" (`_series_mm`: fp16 head and
 tail of each operand, three fp16 MMAs, the same ≈ 21 bits at half the tensor work; the entries stay inside fp16's
 range). The four block-level products, L, U and W
-keep PRECISION like the other preps: that matches the blocked prep's error (bench/gdn_inverse_precision.py).
+keep PRECISION like the other preps: that matches the blocked prep's error (bench/gdn_inverse_precision.py);
+PRECISION "fp16" (`_mm`: operands rounded to fp16, tf32's mantissa; $MODELD_GDN_PREP_PRECISION, session 30) halves
+their tensor work and shared memory.
 Splitting at SUB = 16 bounds the growth (a single-level series over 64 rows would reach C(63, 32)).
 
 BATCHED_SERIES ($MODELD_GDN_PREP=product-bd): Ld and its powers are block-diagonal, so the six series products as
@@ -41,6 +43,7 @@ import triton
 import triton.language as tl
 
 from modeld.kernels.gdn._chunk_kernels import _load_unit_rows, chunk_gates
+from modeld.kernels.gdn._chunk_kernels_v2 import _mm
 
 
 @triton.jit
@@ -101,7 +104,7 @@ def _chunk_inverse(
     r = tl.arange(0, CHUNK)[:, None]
     s = tl.arange(0, CHUNK)[None, :]
     decay = tl.exp(tl.minimum(gam[:, None] - gam[None, :], 0.0))
-    L = tl.where(r > s, beta[:, None] * tl.dot(K, tl.trans(K), input_precision=PRECISION) * decay, 0.0)
+    L = tl.where(r > s, beta[:, None] * _mm(K, tl.trans(K), PRECISION) * decay, 0.0)
     diag = (r // SUB) == (s // SUB)
     Ld = tl.where(diag, L, 0.0)
     Lo = L - Ld
@@ -111,9 +114,9 @@ def _chunk_inverse(
     else:
         D = _series_inverse(Ld, tl.where(r == s, 1.0, 0.0), INV_PRECISION)
     # X = (I − M)(I + M²) D with M = D Lo
-    M = tl.dot(D, Lo, input_precision=PRECISION)
-    Y = D + tl.dot(tl.dot(M, M, input_precision=PRECISION), D, input_precision=PRECISION)
-    X = Y - tl.dot(M, Y, input_precision=PRECISION)
+    M = _mm(D, Lo, PRECISION)
+    Y = D + _mm(_mm(M, M, PRECISION), D, PRECISION)
+    X = Y - _mm(M, Y, PRECISION)
     return X, beta, gam
 
 
@@ -147,14 +150,14 @@ def _chunk_prep_product_kernel(
     dv = tl.arange(0, BLOCK_DV)
     V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
                 mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
-    U = tl.dot(X, beta[:, None] * V, input_precision=PRECISION)
+    U = _mm(X, beta[:, None] * V, PRECISION)
     # k̂ re-read (L2) rather than kept live through the inverse: holding it spilled more
     dk = tl.arange(0, BLOCK_K)
     K = _load_unit_rows(k_ptr, ts, tmask, stride_kt, (hv // HEAD_RATIO) * DK, dk, DK)
     rows = hv.to(tl.int64) * T + ts
     if KD_OUT:
         _store_decayed_keys(kd_ptr, K, gam, n * CHUNK, ts, tmask, rows, dk, T, DK, CHUNK)
-    W = tl.dot(X, (beta * tl.exp(gam))[:, None] * K, input_precision=PRECISION)
+    W = _mm(X, (beta * tl.exp(gam))[:, None] * K, PRECISION)
     tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
     tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])
 
@@ -202,7 +205,7 @@ def _chunk_uw_kernel(
         dv = tl.arange(0, BLOCK_DV)
         V = tl.load(v_ptr + ts[:, None].to(tl.int64) * stride_vt + hv * DV + dv[None, :],
                     mask=tmask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
-        U = tl.dot(XB, V, input_precision=PRECISION)
+        U = _mm(XB, V, PRECISION)
         tl.store(u_ptr + rows[:, None] * DV + dv[None, :], U, mask=tmask[:, None] & (dv < DV)[None, :])
     else:
         dk = tl.arange(0, BLOCK_K)
@@ -210,5 +213,5 @@ def _chunk_uw_kernel(
         gam = tl.load(gam_ptr + rows, mask=tmask, other=0.0)
         if KD_OUT:
             _store_decayed_keys(kd_ptr, K, gam, n * CHUNK, ts, tmask, rows, dk, T, DK, CHUNK)
-        W = tl.dot(XB, tl.exp(gam)[:, None] * K, input_precision=PRECISION)
+        W = _mm(XB, tl.exp(gam)[:, None] * K, PRECISION)
         tl.store(w_ptr + rows[:, None] * DK + dk[None, :], W, mask=tmask[:, None] & (dk < DK)[None, :])

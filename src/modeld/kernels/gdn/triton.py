@@ -107,8 +107,9 @@ OUTPUT_LOOP_ENV = "MODELD_GDN_OUTPUT_LOOP"
 # certification's bf16 parity gate failed by one flip with it and fp16x3 on together. Session 25: the fp16 passes alone
 # (with the persistent plain GEMM tile) passed every gate, cold 32k 0.918x with both; the default since
 # (findings/qwen3_5-27b-recertification-s25-h200.md). "tf32" (DOT_PRECISION) is the earlier default. The prep keeps
-# DOT_PRECISION / INV_PRECISION: offline sm_90 its block products in fp16 spill 176 B at 4 warps (fp32 and fp16 copies
-# live together) and save only 32 of its 208 HGMMAs (the tf32x3 series dominates).
+# DOT_PRECISION / INV_PRECISION: offline sm_90 the whole-tile product prep's block products in fp16 spilled 176 B at 4
+# warps (fp32 and fp16 copies live together) and saved only 32 of its 208 HGMMAs (the tf32x3 series dominated); with
+# the batched series (product-bd) they are half its tensor work: $MODELD_GDN_PREP_PRECISION below.
 # The state pass with the state held transposed (`_chunk_state_t_kernel`: its register operands become the dots'
 # A operands). Offline sm_90 Triton 3.6 then runs both dots on mma.sync, not wgmma (M = BLOCK_V < 64): (32, 8)
 # 180 registers tf32 / 128 fp16, shared memory 98 / 62 KB, no HGMMA. $MODELD_GDN_STATE_T=1 (read per call)
@@ -143,6 +144,17 @@ INV_PRECISION = "tf32x3"
 # no spill; at 8 warps 192 registers, no spill (tf32x3: 255 + 60 B). H200 session 23: v2 prefill 0.94x, the
 # cold 32k 0.995x; certified only together with the fp16 passes (failed there: findings/gdn-fp16-passes-h200-s23.md).
 INV_PRECISION_ENV = "MODELD_GDN_INV_PRECISION"
+# The product preps' block-level products (K̂K̂ᵀ, D·Lo, M·M, M²·D, M·Y, U = X·βV, W = X·βe^γK̂; not the series, which
+# keeps INV_PRECISION): V2_PREP_PRECISION unless $MODELD_GDN_PREP_PRECISION (read per call) names one of
+# PREP_PRECISIONS. "fp16" rounds their operands to fp16, as the fp16 passes do (tf32's 10-bit mantissa; the operands
+# are unit keys, the block inverse's factors and V, far inside fp16's range, and W is stored in fp16 anyway). Session
+# 30 offline sm_90 (27B heads, product-bd + KD_OUT, 4 warps): 255 registers + 56 B spill → 235 and none, shared
+# memory 66 → 33 KB, HGMMA 64 → 32, SASS 4672 → 4264 (findings/gdn-prep-fp16-block-products-offline.md);
+# untimed.
+# The other preps keep DOT_PRECISION (asked for by name with them: KernelValueError).
+PREP_PRECISION_ENV = "MODELD_GDN_PREP_PRECISION"
+PREP_PRECISIONS = ("tf32", "ieee", "fp16")
+V2_PREP_PRECISION = DOT_PRECISION
 INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
 # an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
@@ -248,6 +260,18 @@ def pass_precision() -> str:
     """The v2 state / output passes' precision: $MODELD_GDN_PASS_PRECISION if set, else V2_PASS_PRECISION.
     Raises KernelValueError."""
     return env_choice(PASS_PRECISION_ENV, V2_PASS_PRECISION, PASS_PRECISIONS)
+
+
+def prep_precision(kind: str) -> str:
+    """The block-level products' precision of prep `kind`: for the product preps $MODELD_GDN_PREP_PRECISION if set,
+    else V2_PREP_PRECISION; DOT_PRECISION for the others. Raises KernelValueError (a bad value, or the switch set to
+    anything but DOT_PRECISION with a prep that has no block-level products)."""
+    if kind.startswith("product"):
+        return env_choice(PREP_PRECISION_ENV, V2_PREP_PRECISION, PREP_PRECISIONS)
+    text = os.environ.get(PREP_PRECISION_ENV)
+    if text and text != DOT_PRECISION:
+        raise KernelValueError(f"{PREP_PRECISION_ENV}={text!r} needs a product prep (prep {kind!r})")
+    return DOT_PRECISION
 
 
 def inv_precision() -> str:
@@ -399,7 +423,8 @@ def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, k
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam, *kd_args,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
-        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK,
+        PRECISION=prep_precision(kind),
         num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
 
@@ -411,14 +436,15 @@ def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block
     Hv, Dv = v.shape[1], v.shape[2]
     x = torch.empty((Hv, T, CHUNK), dtype=torch.float32, device=v.device)
     chunks = triton.cdiv(T, CHUNK)
+    precision = prep_precision("product-bd-split")
     _chunk_inverse_kernel[(chunks, Hv)](
         k, a, b, A_log, dt_bias, x, gam, T, k.stride(0), a.stride(0), b.stride(0), Hv,
-        HEAD_RATIO=Hv // Hk, DK=Dk, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        HEAD_RATIO=Hv // Hk, DK=Dk, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision,
         INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=True, num_warps=PRODUCT_PREP_WARPS, num_stages=1,
         **({"maxnreg": SPLIT_PREP_MAXNREG} if SPLIT_PREP_MAXNREG else {}))
     _chunk_uw_kernel[(chunks, Hv, 2)](
         k, v, x, gam, w, u, w if kd is None else kd, T, k.stride(0), v.stride(0), Hv,
-        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
+        HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK, PRECISION=precision,
         KD_OUT=kd is not None, num_warps=UW_WARPS, num_stages=1)
 
 

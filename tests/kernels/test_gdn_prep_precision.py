@@ -1,0 +1,121 @@
+"""The product preps' block-level products in fp16 ($MODELD_GDN_PREP_PRECISION=fp16, session 30) against the reference
+and the fp32 prep: K̂K̂ᵀ, the block inverse's factors, U and W from fp16-rounded operands (the series keeps its
+INV_PRECISION), on random and near-parallel keys; the switch's reach and its errors; and the offline sm_90 shape
+of the kernel it compiles to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from modeld.kernels._testing import assert_close, offline_compile_rows, tolerance
+from modeld.kernels.errors import KernelValueError
+from modeld.kernels.gdn import triton as tt
+
+from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_tf32_rounded,
+                         gdn_inputs)
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT_PREPS = [kind for kind in tt.PREP_KINDS if kind.startswith("product")]
+CASES = [(70, 2, 6, 64, 100), (150, 1, 2, 32, 16), (130, 2, 4, 128, 128)]
+
+
+def _fp16_prep(monkeypatch, prep: str = "product-bd") -> None:
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, prep)
+    monkeypatch.setenv(tt.PREP_PRECISION_ENV, "fp16")
+
+
+@pytest.mark.parametrize("prep", PRODUCT_PREPS)
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+def test_fp16_prep_matches_reference(case, prep, gen, device, monkeypatch):
+    """Output at the bf16 row, state at the tf32 row (10-bit operands, like the fp16 passes it runs beside)."""
+    _fp16_prep(monkeypatch, prep)
+    check_tf32_rounded(case, gen, device)
+
+
+@pytest.mark.parametrize("prep", PRODUCT_PREPS)
+def test_fp16_prep_correlated_keys(prep, gen, device, monkeypatch):
+    """Near-parallel keys with β ≈ 1: (I + L)⁻¹ far from I, its factors' entries large — fp16's range is the risk."""
+    _fp16_prep(monkeypatch, prep)
+    check_correlated((150, 1, 2, 32, 16), gen, device, tf32=True)
+
+
+def test_fp16_prep_really_switches(gen, device, monkeypatch):
+    """The switch reaches the prep: with every other product in fp32 (ieee passes and series) the fp16 prep's state
+    differs from the fp32 prep's in the low bits, and by no more than the 10-bit rounding."""
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product-bd")
+    monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
+    monkeypatch.setenv(tt.INV_PRECISION_ENV, "ieee")
+    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    outs = {}
+    for precision in ("ieee", "fp16"):
+        monkeypatch.setenv(tt.PREP_PRECISION_ENV, precision)
+        s = state.clone()
+        outs[precision] = (tt.gdn_prefill(*args, s), s)
+    assert not torch.equal(outs["ieee"][1], outs["fp16"][1])
+    assert_close(outs["fp16"][1], outs["ieee"][1], tol=tolerance(torch.float32, tf32=True), what="state")
+    assert_close(outs["fp16"][0], outs["ieee"][0])
+
+
+def test_prep_precision_default_is_the_dot_precision(monkeypatch):
+    monkeypatch.delenv(tt.PREP_PRECISION_ENV, raising=False)
+    assert tt.prep_precision("product-bd") == tt.V2_PREP_PRECISION == tt.DOT_PRECISION
+    assert tt.prep_precision("blocked") == tt.DOT_PRECISION
+
+
+@pytest.mark.parametrize("env, kind", [("bf16", "product-bd"), ("fp16", "blocked"), ("ieee", "substitution")],
+                         ids=["bad-value", "fp16-blocked", "ieee-substitution"])
+def test_prep_precision_rejects_what_it_cannot_run(env, kind, monkeypatch):
+    monkeypatch.setenv(tt.PREP_PRECISION_ENV, env)
+    with pytest.raises(KernelValueError, match=tt.PREP_PRECISION_ENV):
+        tt.prep_precision(kind)
+
+
+def test_fp16_prep_blocked_prep_raises_through_gdn_prefill(gen, device, monkeypatch):
+    """Asked for with a prep that has no block-level products, gdn_prefill fails instead of silently ignoring it."""
+    _fp16_prep(monkeypatch, "blocked")
+    *args, state = gdn_inputs(70, 1, 2, 32, 16, gen, device, False)
+    with pytest.raises(KernelValueError, match=tt.PREP_PRECISION_ENV):
+        tt.gdn_prefill(*args, state)
+
+
+def test_fp16_prep_halves_tensor_work_offline():
+    """Offline sm_90 at 27B heads (product-bd with the decayed keys, 4 warps, as launched): fp16 block products take
+    half the wgmma instructions and half the shared memory of tf32, and no spill (session 30: HGMMA 64 -> 32, shared
+    66 -> 33 KB, 255 registers + 56 B spill -> 235 and none)."""
+    code = r'''
+import re, torch
+from bench.feasibility import _compile_offline, cuobjdump_sass, ptxas_sm90
+from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
+T, Hk, Hv, D = 256, 16, 48, 128
+k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
+a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
+w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
+args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, w, T, k.stride(0), v.stride(0), a.stride(0),
+        b.stride(0), Hv]
+for p in ("tf32", "fp16"):
+    kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION=p, INV_PRECISION="tf32x3",
+              SUB=16, BATCHED_SERIES=True, KD_OUT=True, num_warps=4, num_stages=1)
+    kern, regs, spill = _compile_offline(K, args, kw)
+    sass = cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep16")[1])
+    print(f"PREP p={p} regs={regs} spill={spill or 0} hgmma={sass.count('HGMMA')} smem={kern.metadata.shared}")
+'''
+    rows = {r["p"]: r for r in offline_compile_rows(code, "PREP", ROOT)}
+    tf32, fp16 = rows["tf32"], rows["fp16"]
+    assert 2 * int(fp16["hgmma"]) == int(tf32["hgmma"]) > 0, rows
+    assert 2 * int(fp16["smem"]) <= int(tf32["smem"]), rows
+    assert int(fp16["spill"]) == 0, rows
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, decay", CHUNK_VERSION_GPU, ids=CHUNK_VERSION_GPU_IDS)
+def test_gpu_fp16_prep(case, decay, gen, device, monkeypatch):
+    """The fp16 prep at 27B sizes (the default product-bd with KPRE and the fp16 passes), and on correlated keys."""
+    _fp16_prep(monkeypatch)
+    check_tf32_rounded(case, gen, device, slow_decay=decay == "slow")
+    if case == (500, 16, 48, 128, 128) and decay == "fast":
+        check_correlated(case, gen, device, tf32=True)
