@@ -4,8 +4,8 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last sessions' new / changed GPU tests (s28: KPRE across head dims;
-#                                    # s29: rounding, conv rows kernel, gated norm)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s30: the prep's fp16 block
+#                                    # products, KPRE tiles / head dims, rounding; random shapes at 6 seeds)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -60,24 +60,22 @@ case "$step" in
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last sessions (s28: KPRE across head dims and tiles, to map the shapes where
-    # test_gpu_random_shapes failed with it forced; the fused GDN output norm; the gated-norm tiles; s29: round_to's
-    # convert bit for bit against the trick, the conv rows kernel, the gated norm's int32 rows) over xdist workers;
-    # then test_gpu_random_shapes under the forcing env at 6 fresh seeds at once (one process each)
+    # the new / changed GPU tests of the last session (s30: the prep's fp16 block products; KPRE's state tiles and head
+    # dims, now that KPRE is the default; round_to's convert bit for bit) over xdist workers; then
+    # test_gpu_random_shapes at 6 fresh seeds at once (one process each; s30: forced KPRE failed at odd Dk before its
+    # row-alignment guard)
     xdist=()
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
-      tests/kernels/test_gdn_kpre.py tests/kernels/test_gdn_fused_norm.py tests/kernels/test_gated_rmsnorm.py \
-      tests/engine/test_engine_triton_binding.py tests/kernels/test_rounding.py tests/kernels/test_conv1d.py \
-      -k "kpre or fused or gpu_tiles or rounding or conv or gated" --junitxml="$OUT/$step/pytest-new.xml" 2>&1 \
-      | grep --line-buffered -v -i warning
+      tests/kernels/test_gdn_prep_precision.py tests/kernels/test_gdn_kpre.py tests/kernels/test_rounding.py \
+      --junitxml="$OUT/$step/pytest-new.xml" 2>&1 | grep --line-buffered -v -i warning
     for i in 1 2 3 4 5 6; do
-      MODELD_GDN_STATE_KPRE=1 timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
-        tests/kernels/test_gdn.py -k "random_shapes" --junitxml="$OUT/$step/pytest-kpre-random-$i.xml" \
-        > "$OUT/$step/kpre-random-$i.log" 2>&1 &
+      MODELD_GDN_PREP_PRECISION=${RANDOM_PREP_PRECISION:-tf32} timeout -s INT -k 20 200 python3 -m pytest -m gpu -q \
+        -p no:cacheprovider tests/kernels/test_gdn.py -k "random_shapes" \
+        --junitxml="$OUT/$step/pytest-random-$i.xml" > "$OUT/$step/random-$i.log" 2>&1 &
     done
     wait
-    grep -h -E " passed| failed|AssertionError: gdn|MODELD_TEST_SEED" "$OUT/$step"/kpre-random-*.log
+    grep -h -E " passed| failed|AssertionError: gdn|MODELD_TEST_SEED" "$OUT/$step"/random-*.log
     ;;
   rounding)
     # KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md: the same bits from every kernel family either way,
