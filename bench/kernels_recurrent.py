@@ -332,6 +332,9 @@ def gdn_v2_variants(T: int) -> list[tuple[str, dict, dict]]:
     # the prep's block-level products in fp16 (session 30; offline at 4 warps: half the HGMMAs and shared memory, no
     # spill; 8 warps: 165 registers)
     rows += [(f",prepfp16,w{w}", {tt.PREP_PRECISION_ENV: "fp16"}, {"PRODUCT_PREP_WARPS": w}) for w in (4, 8)]
+    # ... and capped at 168 registers: 3 CTAs per SM (offline: 212 B of spill with fp16, 488 with tf32)
+    rows += [(f",{tag}r168", {tt.PREP_PRECISION_ENV: p, tt.PREP_MAXNREG_ENV: "168"}, {})
+             for tag, p in (("prepfp16,", "fp16"), ("", "tf32"))]
     if T < 4096:
         return rows
     default_state = (tt.V2_STATE_TILE, tt.V2_STATE_STAGES)

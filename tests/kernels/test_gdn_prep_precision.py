@@ -1,7 +1,7 @@
-"""The product preps' block-level products in fp16 ($MODELD_GDN_PREP_PRECISION=fp16, session 30) against the reference
-and the fp32 prep: K̂K̂ᵀ, the block inverse's factors, U and W from fp16-rounded operands (the series keeps its
-INV_PRECISION), on random and near-parallel keys; the switch's reach and its errors; and the offline sm_90 shape
-of the kernel it compiles to."""
+"""The one-launch product preps' session-30 knobs: their block-level products in fp16 ($MODELD_GDN_PREP_PRECISION=fp16)
+against the reference and the fp32 prep — K̂K̂ᵀ, the block inverse's factors, U and W from fp16-rounded operands (the
+series keeps its INV_PRECISION), on random and near-parallel keys; the switch's reach and its errors; the offline
+sm_90 shape of the kernel it compiles to — and their register cap ($MODELD_GDN_PREP_MAXNREG)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,54 @@ for p in ("tf32", "fp16"):
     assert 2 * int(fp16["hgmma"]) == int(tf32["hgmma"]) > 0, rows
     assert 2 * int(fp16["smem"]) <= int(tf32["smem"]), rows
     assert int(fp16["spill"]) == 0, rows
+
+
+class _LaunchOptions:
+    """A kernel whose launches record their keyword options (then launch it unchanged)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.options = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.options.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@pytest.mark.parametrize("text, cap", [("", None), ("0", None), ("168", 168), ("64", 64)],
+                         ids=["unset", "off", "168", "64"])
+def test_prep_maxnreg_reaches_the_product_prep_launch(text, cap, gen, device, monkeypatch):
+    monkeypatch.setenv(tt.CHUNK_ENV, "v2")
+    monkeypatch.setenv(tt.PREP_ENV, "product-bd")
+    monkeypatch.setenv(tt.PREP_MAXNREG_ENV, text)
+    spy = _LaunchOptions(tt._chunk_prep_product_kernel)
+    monkeypatch.setattr(tt, "_chunk_prep_product_kernel", spy)
+    *args, state = gdn_inputs(70, 1, 2, 32, 16, gen, device, False)
+    tt.gdn_prefill(*args, state)
+    assert [o.get("maxnreg") for o in spy.options] == [cap]
+
+
+@pytest.mark.parametrize("text", ["100", "256", "56", "x", "-8"])
+def test_prep_maxnreg_rejects_bad_values(text, monkeypatch):
+    monkeypatch.setenv(tt.PREP_MAXNREG_ENV, text)
+    with pytest.raises(KernelValueError, match=tt.PREP_MAXNREG_ENV):
+        tt.prep_maxnreg()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_gpu_capped_prep_is_the_uncapped_prep_bit_for_bit(precision, gen, device, monkeypatch):
+    """A register cap moves values to local memory, not the arithmetic: the same bits at 27B heads."""
+    _fp16_prep(monkeypatch)
+    monkeypatch.setenv(tt.PREP_PRECISION_ENV, precision)
+    *args, state = gdn_inputs(1000, 16, 48, 128, 128, gen, device, False, True, True)
+    outs = []
+    for cap in ("0", "168"):
+        monkeypatch.setenv(tt.PREP_MAXNREG_ENV, cap)
+        s = state.clone()
+        outs.append((tt.gdn_prefill(*args, s), s))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
 @pytest.mark.gpu

@@ -169,6 +169,12 @@ UW_WARPS = 4
 # each) with a 48 B spill under the tf32x3 series, none under fp16x3 (session 27; H200 session 28: level with the
 # one-launch prep at T 8192, slower below)
 SPLIT_PREP_MAXNREG: int | None = None
+# Register cap of the one-launch product preps (None: the compiler's choice), or $MODELD_GDN_PREP_MAXNREG (read per
+# call; "0": none) for an A/B. Offline sm_90, 27B heads, product-bd with KD_OUT, 4 warps (session 30): uncapped 255
+# registers (tf32; 235 with fp16 block products) = 2 CTAs per SM; at 168 three fit (33 KB shared each with fp16) with
+# 212 B of spill (fp16) / 488 B (tf32). Untimed.
+PRODUCT_PREP_MAXNREG: int | None = None
+PREP_MAXNREG_ENV = "MODELD_GDN_PREP_MAXNREG"
 # The state pass's key operand precomputed (session 28): the product preps also write K̂ e^{γ_C−γ}
 # [Hv, T, Dk] in W's dtype (fp16 under the fp16 passes: the same rounding the state pass's dot applied to it) and
 # `_chunk_state_kernel` (KPRE) loads it as a dot operand. Every step of the serial chain then loses a [64, 128] key
@@ -272,6 +278,18 @@ def prep_precision(kind: str) -> str:
     if text and text != DOT_PRECISION:
         raise KernelValueError(f"{PREP_PRECISION_ENV}={text!r} needs a product prep (prep {kind!r})")
     return DOT_PRECISION
+
+
+def prep_maxnreg() -> int | None:
+    """The one-launch product preps' register cap: $MODELD_GDN_PREP_MAXNREG if set ("0": none), else
+    PRODUCT_PREP_MAXNREG. Raises KernelValueError unless it is 0 or a multiple of 8 in 64..255."""
+    text = os.environ.get(PREP_MAXNREG_ENV)
+    if not text:
+        return PRODUCT_PREP_MAXNREG
+    cap = int(text) if text.isdigit() else -1
+    if cap and not (64 <= cap <= 255 and cap % 8 == 0):
+        raise KernelValueError(f"{PREP_MAXNREG_ENV}={text!r}: expected 0 (no cap) or a multiple of 8 in 64..255")
+    return cap or None
 
 
 def inv_precision() -> str:
@@ -419,6 +437,9 @@ def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, k
     elif kind in ("product", "product-bd"):
         prep, warps = _chunk_prep_product_kernel, PRODUCT_PREP_WARPS
         extra = dict(INV_PRECISION=inv_precision(), SUB=SUB, BATCHED_SERIES=kind == "product-bd", KD_OUT=kd is not None)
+        cap = prep_maxnreg()
+        if cap:
+            extra["maxnreg"] = cap
         kd_args = (w if kd is None else kd,)
     prep[(triton.cdiv(T, CHUNK), Hv)](
         k, v, a, b, A_log, dt_bias, w, u, gam, *kd_args,
