@@ -144,6 +144,7 @@ INV_PRECISION = "tf32x3"
 # no spill; at 8 warps 192 registers, no spill (tf32x3: 255 + 60 B). H200 session 23: v2 prefill 0.94x, the
 # cold 32k 0.995x; certified only together with the fp16 passes (failed there: findings/gdn-fp16-passes-h200-s23.md).
 INV_PRECISION_ENV = "MODELD_GDN_INV_PRECISION"
+INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # The product preps' block-level products (K̂K̂ᵀ, D·Lo, M·M, M²·D, M·Y, U = X·βV, W = X·βe^γK̂; not the series, which
 # keeps INV_PRECISION): V2_PREP_PRECISION unless $MODELD_GDN_PREP_PRECISION (read per call) names one of
 # PREP_PRECISIONS. "fp16" rounds their operands to fp16, as the fp16 passes do (tf32's 10-bit mantissa; the operands
@@ -155,7 +156,6 @@ INV_PRECISION_ENV = "MODELD_GDN_INV_PRECISION"
 PREP_PRECISION_ENV = "MODELD_GDN_PREP_PRECISION"
 PREP_PRECISIONS = ("tf32", "ieee", "fp16")
 V2_PREP_PRECISION = DOT_PRECISION
-INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
 # an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
 # spill, two CTAs per SM (66 KB shared each). H200 session 22: 4 warps 0.83x (v2 prefill at T 4096 1364 -> 1131 us,
