@@ -14,6 +14,7 @@
 #   tools/device_checks.sh rounding-ttft  # then the cold 32k once per side, its logits compared bit for bit
 #   tools/device_checks.sh kernels   # conv prefill tiles / split / rows kernel; norms (gated-norm tiles); GDN v2 rows
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
+#   tools/device_checks.sh gdn-overlap  # s30 what-if: the next segment's GDN prep beside this one's state pass
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
 #   tools/device_checks.sh gemm-variants  # tuned / persistent / ws / gluon-ws tiles, one child process per variant
@@ -34,7 +35,8 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|attn|gemm|gemm-variants|ttft|cert|qhead|cert-qhead"
+usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|gdn-overlap|attn|gemm|gemm-variants|ttft|cert|qhead"
+usage+="|cert-qhead"
 usage+="|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
@@ -124,6 +126,16 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # variants (bench --gdn-rows), for a short call
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 \
       --gdn-rows "${GDN_ROWS:-}" 2>&1 | grep --line-buffered -E "gdn_prefill\(chunked,v2"
+    ;;
+  gdn-overlap)
+    # s30 what-if: the next snapshot segment's GDN prep on a side stream beside this segment's state pass
+    # (bench/gdn_overlap.py; one 27B layer-piece of 8192 tokens in 2048-token segments), at the defaults and with the
+    # fp16 prep (+ its 168-register cap)
+    for env in "" "MODELD_GDN_PREP_PRECISION=fp16" "MODELD_GDN_PREP_PRECISION=fp16 MODELD_GDN_PREP_MAXNREG=168"; do
+      tag=$(echo "${env:-default}" | tr ' =' '_-')
+      env $env timeout 150 python3 bench/gdn_overlap.py --out "$OUT/$step/$tag" --reps 20 2>&1 \
+        | grep --line-buffered -E "gdn_overlap|Error" | sed -u "s/^/[$tag] /"
+    done
     ;;
   attn)
     # the one-pass prefill attention's tiles at T 8192 from 0 and from 24576 (bench/kernels_sweeps.sweep_attention)

@@ -292,6 +292,21 @@ def prep_maxnreg() -> int | None:
     return cap or None
 
 
+def kpre_applies(kind: str, Dk: int) -> bool:
+    """Whether a v2 prefill with prep `kind` at key head dim Dk runs KPRE: switched on (state_kpre()), a product prep
+    and the untransposed state pass, BLOCK_K >= KPRE_MIN_BLOCK_K and Dk a multiple of KPRE_ROW_ALIGN. Raises
+    KernelValueError where $MODELD_GDN_STATE_KPRE=1 asks for it by name on a path that cannot run it (on by default,
+    V2_STATE_KPRE, those paths run plain)."""
+    if not state_kpre():
+        return False
+    runnable = kind.startswith("product") and not state_transposed()
+    if not runnable and os.environ.get(STATE_KPRE_ENV) == "1":
+        raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
+                               f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
+    block_k = max(16, triton.next_power_of_2(Dk))
+    return runnable and block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0
+
+
 def inv_precision() -> str:
     """The product prep's series precision: $MODELD_GDN_INV_PRECISION if set, else INV_PRECISION.
     Raises KernelValueError."""
@@ -400,15 +415,7 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
     gam = torch.empty((Hv, T), dtype=torch.float32, device=v.device)
     block_k = max(16, triton.next_power_of_2(Dk))
     block_dv = max(16, triton.next_power_of_2(Dv))
-    kd = None
-    if version == "v2" and state_kpre():
-        runnable = kind.startswith("product") and not state_transposed()
-        # asked for by name where it cannot run: an error; on by default (V2_STATE_KPRE): the other paths run plain
-        if not runnable and os.environ.get(STATE_KPRE_ENV) == "1":
-            raise KernelValueError(f"{STATE_KPRE_ENV}=1 needs a product prep and the untransposed state pass "
-                                   f"(prep {kind!r}, {STATE_T_ENV}={'1' if state_transposed() else '0'})")
-        if runnable and block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0:
-            kd = torch.empty_like(w)  # K̂ e^{γ_C−γ} [Hv, T, Dk] in W's dtype, see STATE_KPRE_ENV
+    kd = torch.empty_like(w) if version == "v2" and kpre_applies(kind, Dk) else None  # K̂ e^{γ_C−γ}, STATE_KPRE_ENV
     if kind == "product-bd-split":
         _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
     else:
