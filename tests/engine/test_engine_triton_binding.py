@@ -145,16 +145,21 @@ GDN_CANDIDATES = {   # the opt-in GDN prefill switches of session 22, alone and 
     "state-transposed": {"MODELD_GDN_STATE_T": "1"},
     "state-kpre": {"MODELD_GDN_STATE_KPRE": "1"},   # session 28; not with the transposed state ("all")
     "fused-norm": {"MODELD_GDN_FUSED_NORM": "1"},    # session 28; not with the output loop ("all")
+    "overlap": {"MODELD_GDN_OVERLAP": "1"},          # session 30: the segments' preps a segment ahead
+    "prep-fp16": {"MODELD_GDN_PREP_PRECISION": "fp16"},   # session 30
     "all": {"MODELD_GDN_PASS_PRECISION": "fp16", "MODELD_GDN_OUTPUT_LOOP": "2,64,4,2",
             "MODELD_GDN_INV_PRECISION": "fp16x3", "MODELD_GDN_STATE_T": "1"},
 }
 
 
-@pytest.mark.parametrize("variant", ["all", "fused-norm", *[pytest.param(v, marks=pytest.mark.gpu)
-                                                             for v in GDN_CANDIDATES if v not in ("all", "fused-norm")]])
+CPU_CANDIDATES = ("all", "fused-norm", "overlap")
+
+
+@pytest.mark.parametrize("variant", [*CPU_CANDIDATES, *[pytest.param(v, marks=pytest.mark.gpu)
+                                                        for v in GDN_CANDIDATES if v not in CPU_CANDIDATES]])
 def test_gdn_candidates_through_the_engine(ckpt_dir, variant, monkeypatch):
-    """The GDN candidates inside the engine (interpreter on CPU: the session-22 four together and the fused output
-    norm, whose segments each normalise their own rows; each alone on the H200):
+    """The GDN candidates inside the engine (interpreter on CPU: the session-22 four together, the fused output
+    norm, whose segments each normalise their own rows, and the segments' overlap; each alone on the H200):
     a 128-token piece that checkpoints at 64 gives the whole piece's logits bit for bit (segments on the chunk grid),
     and the logits stay near the reference binding's, same argmax."""
     from engine_support import Qwen35Config, Qwen35Engine, SafetensorsDirSource

@@ -29,7 +29,7 @@ from modeld.kernels._checks import check_positive, check_tensor, same_device
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
 from modeld.kernels.gated_rmsnorm import reference as gated_norm_ref
 
-__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_chunked"]
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_chunked", "gdn_prefill_segments"]
 REFERENCE_ONLY = ("gdn_prefill_chunked",)  # no Triton twin; tests compare it with gdn_prefill
 
 ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -179,6 +179,21 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> to
     if gate is not None:
         o = gated_norm_ref.gated_rms_norm(o, *gate)
     return o if out is None else out.copy_(o)
+
+
+def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) -> None:
+    """Consecutive segments of one sequence (an engine's snapshot segments), in order. `segments` yields
+    (q, k, v, a, b, out) per segment, shaped as for `gdn_prefill` with `out` required; it may produce each lazily
+    (e.g. by a conv whose state carries across segments: an implementation may draw segment i + 1 before segment
+    i's state update has run, never before segment i was drawn). Each segment's o goes to its `out`;
+    after_segment(i), when given, is called once `state` holds the state after segment i (before any later segment
+    updates it). Mutates `state` and every `out`. Raises KernelInputError subclasses."""
+    for i, (q, k, v, a, b, out) in enumerate(segments):
+        if out is None:
+            raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
+        gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
+        if after_segment is not None:
+            after_segment(i)
 
 
 def gdn_prefill_chunked(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

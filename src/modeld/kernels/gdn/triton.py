@@ -26,6 +26,7 @@ import triton
 from modeld.kernels._checks import check_same_device, env_choice, interpreting
 from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
+from modeld.kernels.gdn import _segments
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_product import _chunk_inverse_kernel, _chunk_prep_product_kernel, _chunk_uw_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
@@ -35,7 +36,7 @@ from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recur
 from modeld.kernels.gated_rmsnorm import triton as gated_norm
 from modeld.kernels.gdn.reference import CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out
 
-__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill"]
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_segments"]
 
 MAX_DK = 256
 MAX_DV = 256
@@ -207,6 +208,11 @@ KPRE_ROW_ALIGN = 8
 # unnormalised and the separate norm kernel (22.7 ms of the cold 32k in session 28's table, 0.53 of its byte floor)
 # goes. $MODELD_GDN_FUSED_NORM ("0" / "1", read per call) switches it; off, or on a path without the v2 output pass
 # (v1, Dk > 128, Dv > 128), the gate is applied by kernels/gated_rmsnorm after the plain output.
+# The snapshot segments of a prefill piece pipelined over two CUDA streams (session 30, `_segments.py`): segment
+# i + 1's prep beside segment i's state pass. $MODELD_GDN_OVERLAP ("0" / "1", read per call); untimed (the what-if
+# first: bench/gdn_overlap.py, `tools/device_checks.sh gdn-overlap`).
+OVERLAP_ENV = "MODELD_GDN_OVERLAP"
+V2_OVERLAP = False
 FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
 V2_FUSED_NORM = False
 FUSED_OUTPUT_WARPS = 8
@@ -307,6 +313,12 @@ def kpre_applies(kind: str, Dk: int) -> bool:
     return runnable and block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0
 
 
+def overlap() -> bool:
+    """Whether `gdn_prefill_segments` pipelines its segments over two streams: $MODELD_GDN_OVERLAP ("0" / "1") if
+    set, else V2_OVERLAP. Raises KernelValueError."""
+    return env_choice(OVERLAP_ENV, "1" if V2_OVERLAP else "0", ("0", "1")) == "1"
+
+
 def inv_precision() -> str:
     """The product prep's series precision: $MODELD_GDN_INV_PRECISION if set, else INV_PRECISION.
     Raises KernelValueError."""
@@ -400,11 +412,19 @@ def _check_dims(Dk: int, Dv: int) -> None:
 
 
 def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="substitution", out=None, gate=None):
-    T, Hk, Dk = q.shape
-    Hv, Dv = v.shape[1], v.shape[2]
+    T, Hv, Dv = v.shape
     o = torch.empty((T, Hv, Dv), dtype=v.dtype, device=v.device) if out is None else out
     if T == 0 or Hv == 0 or Dv == 0:
         return o
+    _chunked_scan(q, k, state, o, _chunked_prep(k, v, a, b, A_log, dt_bias, version, kind), gate)
+    return o
+
+
+def _chunked_prep(k, v, a, b, A_log, dt_bias, version, kind) -> dict:
+    """The chunked prefill's first half, which reads no state: the scratch of every chunk (W, U, γ, and with KPRE the
+    decayed keys) from the prep `kind`. Returns the scratch and the launch parameters `_chunked_scan` takes."""
+    T, Hk, Dk = k.shape
+    Hv, Dv = v.shape[1], v.shape[2]
     # fp32 scratch: W [Hv, T, Dk], U [Hv, T, Dv], γ [Hv, T] = Hv·T·(Dk+Dv+1)·4 B (27B, T=8192: 403 MB),
     # allocated per call: callers prefill long prompts in pieces (the state carries over exactly). With the fp16
     # passes W is stored in fp16 (the prep's store rounds it): the state pass only multiplies it, in fp16. U stays
@@ -420,9 +440,19 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv)
     else:
         _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, kind)
-    if version == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision, gate)
-        return o
+    return dict(w=w, u=u, gam=gam, kd=kd, block_k=block_k, block_dv=block_dv, precision=precision, version=version)
+
+
+def _chunked_scan(q, k, state, o, scratch: dict, gate=None) -> None:
+    """The chunked prefill's second half: the state pass and the output pass over `_chunked_prep`'s scratch.
+    Mutates the scratch's U (→ Vn), state (initial → final) and o."""
+    w, u, gam, kd = scratch["w"], scratch["u"], scratch["gam"], scratch["kd"]
+    block_k, block_dv = scratch["block_k"], scratch["block_dv"]
+    if scratch["version"] == "v2":
+        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, scratch["precision"], gate)
+        return
+    T, Hk, Dk = q.shape
+    Hv, Dv = o.shape[1], o.shape[2]
     block_v = min(32, block_dv)
     _chunk_scan_kernel[(triton.cdiv(Dv, block_v), Hv)](
         q, k, w, u, gam, state, o,
@@ -430,7 +460,6 @@ def _launch_chunked(q, k, v, a, b, A_log, dt_bias, state, version="v1", kind="su
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_V=block_v, CHUNK=CHUNK, PRECISION=DOT_PRECISION,
         num_warps=8, num_stages=1,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
-    return o
 
 
 def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, kind):
@@ -561,6 +590,47 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> to
         return o
     o = gated_norm.gated_rms_norm(o, *gate)
     return o if out is None else out.copy_(o)
+
+
+def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) -> None:
+    """Consecutive segments of one sequence, as `reference.gdn_prefill_segments` (which see for the contract). With
+    $MODELD_GDN_OVERLAP=1 and the v2 chunked path, segment i + 1 is drawn and its prep issued before segment i's
+    state pass, the preps on a side stream (`_segments.py`); otherwise one `gdn_prefill` per segment. The same bits
+    either way. Raises KernelInputError subclasses (KernelValueError for a bad $MODELD_GDN_OVERLAP)."""
+    if not overlap() or chunk_version() != "v2":
+        for i, (q, k, v, a, b, out) in enumerate(segments):
+            if out is None:
+                raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
+            gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
+            if after_segment is not None:
+                after_segment(i)
+        return
+    kind = prep_kind()
+
+    def checked(segment: tuple) -> tuple:
+        q, k, v, a, b, out = segment
+        if out is None:
+            raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
+        check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
+        check_gdn_out(out, v)
+        check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
+        _check_dims(q.shape[2], v.shape[2])
+        return segment
+
+    def prep(segment: tuple) -> dict | None:
+        q, k, v, a, b, _ = segment
+        if q.shape[2] > MAX_DK_CHUNKED or min(v.shape) == 0:
+            return None   # the recurrent kernel / nothing to do: gdn_prefill in the scan
+        return _chunked_prep(k, v, a, b, A_log, dt_bias, "v2", kind)
+
+    def scan(segment: tuple, scratch: dict | None) -> None:
+        q, k, v, a, b, out = segment
+        if scratch is None:
+            gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
+        else:
+            _chunked_scan(q, k, state, out, scratch)
+
+    _segments.pipelined(map(checked, segments), prep, scan, after_segment)
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

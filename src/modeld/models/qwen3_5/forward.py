@@ -141,19 +141,48 @@ class Qwen35Forward:
             # the buffer holds the normed output (kernels/gdn/triton.py FUSED_NORM_ENV)
             fused = ks.gdn.fuses_gated_norm()
             o = torch.empty((N, Hv, c.lin_v_dim), dtype=mixed.dtype, device=mixed.device)
-            r0 = 0
-            for r1 in (*ctx.snapshots, N):
-                y = ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
-                gate = (z[r0:r1], w[f"L{i}.gdn.norm"], c.eps) if fused else None
-                self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1], gate=gate)
-                if r1 < N:
-                    ctx.snapshot(r1, f"gdn.{i}.conv", conv_state[ctx.slot])
-                    ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
-                r0 = r1
             if fused:
+                r0 = 0
+                for r1 in (*ctx.snapshots, N):
+                    y = ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
+                    gate = (z[r0:r1], w[f"L{i}.gdn.norm"], c.eps)
+                    self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1], gate=gate)
+                    if r1 < N:
+                        ctx.snapshot(r1, f"gdn.{i}.conv", conv_state[ctx.slot])
+                        ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
+                    r0 = r1
                 return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
+            # the segments as one kernel call: it may draw segment s + 1 (its conv, and the conv state's snapshot
+            # after s) before segment s's recurrence runs (kernels/gdn/triton.py OVERLAP_ENV)
+            ends = (*ctx.snapshots, N)
+
+            def snapshot_recurrent_state(s: int) -> None:
+                if ends[s] < N:
+                    ctx.snapshot(ends[s], f"gdn.{i}.rec", rec[ctx.slot])
+
+            ks.gdn.gdn_prefill_segments(self._gdn_segments(i, mixed, a, b, o, ctx), w[f"L{i}.gdn.A_log"],
+                                        w[f"L{i}.gdn.dt_bias"], rec[ctx.slot], snapshot_recurrent_state)
         o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
+
+    def _gdn_segments(self, i: int, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor, o: torch.Tensor,
+                      ctx: StepContext):
+        """Layer i's snapshot segments for `gdn_prefill_segments`, drawn lazily: each one's conv (the conv state
+        carries across segments; its snapshot taken right after) then (q, k, v, a, b, out rows)."""
+        conv_state, N, r0 = self.s[f"gdn.{i}.conv"][ctx.slot], mixed.shape[0], 0
+        for r1 in (*ctx.snapshots, N):
+            y = self.ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], self.w[f"L{i}.gdn.conv"], conv_state)
+            if r1 < N:
+                ctx.snapshot(r1, f"gdn.{i}.conv", conv_state)
+            yield (*self._qkv(y), a[r0:r1], b[r0:r1], o[r0:r1])
+            r0 = r1
+
+    def _qkv(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The conv output's column slices: q, k [n, Hk, Dk] and v [n, Hv, Dv] (views)."""
+        c, n = self.c, y.shape[0]
+        kd = c.key_dim
+        return (y[:, :kd].view(n, c.lin_k_heads, c.lin_k_dim), y[:, kd : 2 * kd].view(n, c.lin_k_heads, c.lin_k_dim),
+                y[:, 2 * kd :].view(n, c.lin_v_heads, c.lin_v_dim))
 
     def _gdn_core(self, i: int, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, rec: torch.Tensor,
                   decode: bool, out: torch.Tensor | None = None, gate: tuple | None = None) -> torch.Tensor:
@@ -161,11 +190,8 @@ class Qwen35Forward:
         the slot's rows, rec [Hv, Dk, Dv], written into `out` [n, Hv, Dv] when given, gated-normed when `gate`
         (z, weight, eps) is)
         -> o [n, Hv, Dv]. Updates rec."""
-        c, w, ks = self.c, self.w, self.ks
-        n, kd = y.shape[0], c.key_dim
-        q = y[:, :kd].view(n, c.lin_k_heads, c.lin_k_dim)
-        k = y[:, kd : 2 * kd].view(n, c.lin_k_heads, c.lin_k_dim)
-        v = y[:, 2 * kd :].view(n, c.lin_v_heads, c.lin_v_dim)
+        w, ks = self.w, self.ks
+        q, k, v = self._qkv(y)
         A_log, dt_bias = w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"]
         if decode:
             return ks.gdn.gdn_decode(q, k, v, a, b, A_log, dt_bias, rec)
