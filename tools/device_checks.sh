@@ -62,14 +62,16 @@ case "$step" in
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s30: the prep's fp16 block products; KPRE's state tiles and head
-    # dims, now that KPRE is the default; round_to's convert bit for bit) over xdist workers; then
+    # the new / changed GPU tests of the last session (s30: the prep's fp16 block products and register cap; the
+    # segments' two-stream overlap; KPRE's state tiles and head dims, now that KPRE is the default; round_to's convert
+    # bit for bit; the engine's GDN candidates incl. overlap / prep-fp16) over xdist workers; then
     # test_gpu_random_shapes at 6 fresh seeds at once (one process each; s30: forced KPRE failed at odd Dk before its
     # row-alignment guard)
     xdist=()
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
-      tests/kernels/test_gdn_prep_precision.py tests/kernels/test_gdn_kpre.py tests/kernels/test_rounding.py \
+      tests/kernels/test_gdn_prep_precision.py tests/kernels/test_gdn_segments.py tests/kernels/test_gdn_kpre.py \
+      tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
       --junitxml="$OUT/$step/pytest-new.xml" 2>&1 | grep --line-buffered -v -i warning
     for i in 1 2 3 4 5 6; do
       MODELD_GDN_PREP_PRECISION=${RANDOM_PREP_PRECISION:-tf32} timeout -s INT -k 20 200 python3 -m pytest -m gpu -q \
