@@ -94,3 +94,24 @@ def check_tf32_rounded(case, gen, device, slow_decay=True):
     assert_close(got, want)
     assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=True), what="state")
 
+
+# A child-process prelude (offline_compile_rows) for the product prep compiled offline for sm_90 at 27B heads as the
+# launcher specialises it: compile_prep(**overrides) -> (kernel, registers, spill bytes, SASS text)
+PRODUCT_PREP_OFFLINE = r'''
+import torch
+from bench.feasibility import _compile_offline, cuobjdump_sass, ptxas_sm90
+from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
+T, Hk, Hv, D = 256, 16, 48, 128
+k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
+a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
+w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
+args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, w, T, k.stride(0), v.stride(0), a.stride(0),
+        b.stride(0), Hv]
+
+
+def compile_prep(**overrides):
+    kw = {**dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
+                 INV_PRECISION="tf32x3", SUB=16, BATCHED_SERIES=True, num_warps=4, num_stages=1), **overrides}
+    kern, regs, spill = _compile_offline(K, args, kw)
+    return kern, regs, spill or 0, cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep")[1])
+'''

@@ -14,8 +14,8 @@ from modeld.kernels._testing import assert_close, offline_compile_rows, toleranc
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.gdn import triton as tt
 
-from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_tf32_rounded,
-                         gdn_inputs)
+from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, PRODUCT_PREP_OFFLINE, case_ids, check_correlated,
+                         check_tf32_rounded, gdn_inputs)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_PREPS = [kind for kind in tt.PREP_KINDS if kind.startswith("product")]
@@ -87,22 +87,10 @@ def test_fp16_prep_halves_tensor_work_offline():
     """Offline sm_90 at 27B heads (product-bd with the decayed keys, 4 warps, as launched): fp16 block products take
     half the wgmma instructions and half the shared memory of tf32, and no spill (session 30: HGMMA 64 -> 32, shared
     66 -> 33 KB, 255 registers + 56 B spill -> 235 and none)."""
-    code = r'''
-import re, torch
-from bench.feasibility import _compile_offline, cuobjdump_sass, ptxas_sm90
-from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
-T, Hk, Hv, D = 256, 16, 48, 128
-k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
-a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
-w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
-args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, w, T, k.stride(0), v.stride(0), a.stride(0),
-        b.stride(0), Hv]
+    code = PRODUCT_PREP_OFFLINE + r'''
 for p in ("tf32", "fp16"):
-    kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION=p, INV_PRECISION="tf32x3",
-              SUB=16, BATCHED_SERIES=True, KD_OUT=True, num_warps=4, num_stages=1)
-    kern, regs, spill = _compile_offline(K, args, kw)
-    sass = cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep16")[1])
-    print(f"PREP p={p} regs={regs} spill={spill or 0} hgmma={sass.count('HGMMA')} smem={kern.metadata.shared}")
+    kern, regs, spill, sass = compile_prep(PRECISION=p, KD_OUT=True)
+    print(f"PREP p={p} regs={regs} spill={spill} hgmma={sass.count('HGMMA')} smem={kern.metadata.shared}")
 '''
     rows = {r["p"]: r for r in offline_compile_rows(code, "PREP", ROOT)}
     tf32, fp16 = rows["tf32"], rows["fp16"]

@@ -15,8 +15,8 @@ from modeld.kernels._testing import assert_close, offline_compile_rows, toleranc
 from modeld.kernels.errors import KernelValueError
 from modeld.kernels.gdn import triton as tt
 
-from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, case_ids, check_correlated, check_gdn,
-                         check_tf32_rounded, correlated, gdn_inputs)
+from gdn_problem import (CHUNK_VERSION_GPU, CHUNK_VERSION_GPU_IDS, PRODUCT_PREP_OFFLINE, case_ids, check_correlated,
+                         check_gdn, check_tf32_rounded, correlated, gdn_inputs)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,22 +204,10 @@ def test_state_tile_env_rejects_bad_values(text, monkeypatch):
 def test_batched_series_compiles_to_fewer_tensor_core_steps_offline():
     """Offline sm_90 at 27B heads (tf32x3 series, 4 warps, as launched): the batched series replaces the whole-tile
     series' wgmmas (s26: 208 -> 64 HGMMA plus 72 mma.sync HMMA) and removes the spill (20 -> 0 B)."""
-    code = r'''
-import re, torch
-from bench.feasibility import _compile_offline, cuobjdump_sass, ptxas_sm90
-from modeld.kernels.gdn._chunk_prep_product import _chunk_prep_product_kernel as K
-T, Hk, Hv, D = 256, 16, 48, 128
-k, v = torch.zeros(T, Hk, D, dtype=torch.bfloat16), torch.zeros(T, Hv, D, dtype=torch.bfloat16)
-a = b = torch.zeros(T, Hv, dtype=torch.bfloat16)
-w, u, gam = torch.zeros(Hv, T, D, dtype=torch.float16), torch.zeros(Hv, T, D), torch.zeros(Hv, T)
-args = [k, v, a, b, torch.zeros(Hv), torch.zeros(Hv), w, u, gam, w, T, k.stride(0), v.stride(0), a.stride(0),
-        b.stride(0), Hv]
+    code = PRODUCT_PREP_OFFLINE + r'''
 for bd in (False, True):
-    kw = dict(HEAD_RATIO=3, DK=128, DV=128, BLOCK_K=128, BLOCK_DV=128, CHUNK=64, PRECISION="tf32",
-              INV_PRECISION="tf32x3", SUB=16, BATCHED_SERIES=bd, num_warps=4, num_stages=1)
-    kern, regs, spill = _compile_offline(K, args, kw)
-    sass = cuobjdump_sass(ptxas_sm90(kern.asm["ptx"], "prep")[1])
-    print(f"BD bd={int(bd)} regs={regs} spill={spill or 0} hgmma={sass.count('HGMMA')} hmma={sass.count(' HMMA')}")
+    kern, regs, spill, sass = compile_prep(BATCHED_SERIES=bd)
+    print(f"BD bd={int(bd)} regs={regs} spill={spill} hgmma={sass.count('HGMMA')} hmma={sass.count(' HMMA')}")
 '''
     rows = {r["bd"]: r for r in offline_compile_rows(code, "BD", ROOT)}
     whole, batched = rows["0"], rows["1"]

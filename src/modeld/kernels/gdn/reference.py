@@ -188,10 +188,16 @@ def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) ->
     i's state update has run, never before segment i was drawn). Each segment's o goes to its `out`;
     after_segment(i), when given, is called once `state` holds the state after segment i (before any later segment
     updates it). Mutates `state` and every `out`. Raises KernelInputError subclasses."""
+    segment_loop(gdn_prefill, segments, A_log, dt_bias, state, after_segment)
+
+
+def segment_loop(prefill, segments, A_log, dt_bias, state, after_segment=None) -> None:
+    """`gdn_prefill_segments` as one `prefill` (a gdn_prefill) per segment: the reference, and the Triton op's
+    sequential form."""
     for i, (q, k, v, a, b, out) in enumerate(segments):
         if out is None:
             raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
-        gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
+        prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
         if after_segment is not None:
             after_segment(i)
 

@@ -34,7 +34,7 @@ from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_o
                                                   _chunk_state_t_kernel)
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
 from modeld.kernels.gated_rmsnorm import triton as gated_norm
-from modeld.kernels.gdn.reference import CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out
+from modeld.kernels.gdn.reference import CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out, segment_loop
 
 __all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_segments"]
 
@@ -598,12 +598,7 @@ def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) ->
     state pass, the preps on a side stream (`_segments.py`); otherwise one `gdn_prefill` per segment. The same bits
     either way. Raises KernelInputError subclasses (KernelValueError for a bad $MODELD_GDN_OVERLAP)."""
     if not overlap() or chunk_version() != "v2":
-        for i, (q, k, v, a, b, out) in enumerate(segments):
-            if out is None:
-                raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
-            gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
-            if after_segment is not None:
-                after_segment(i)
+        segment_loop(gdn_prefill, segments, A_log, dt_bias, state, after_segment)
         return
     kind = prep_kind()
 
