@@ -166,9 +166,12 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # value; a GEMM variant only after `gemm-variants` shows it finishing: Triton's ws tile hangs). Session 25 (one
     # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
     # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the
-    # defaults (cold 32k 0.918x, every certification gate PASS); the default A/B is the session-24 defaults beside them
-    # (findings/qwen3_5-27b-recertification-s25-h200.md)
-    ab=${TTFT_AB:-MODELD_GEMM_VARIANT=tma-plain+MODELD_GDN_PASS_PRECISION=tf32}
+    # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
+    # Session 30's candidates by default (7 variants, 2 rounds: ~3 min after the load): the segments' overlap, the prep's fp16 block products (± its register cap),
+    # two state tiles, and the prefill piece at 16k / 32k (NOTE: the fp16 prep changes bits: certify before a flip)
+    s30="MODELD_GDN_OVERLAP=1,MODELD_GDN_PREP_PRECISION=fp16,MODELD_GDN_PREP_PRECISION=fp16+MODELD_GDN_PREP_MAXNREG=168"
+    s30+=",MODELD_GDN_STATE_TILE=16:4:2,MODELD_GDN_STATE_TILE=32:8:2,chunk=16384,chunk=32768"
+    ab=${TTFT_AB:-$s30}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \
