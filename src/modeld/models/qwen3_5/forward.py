@@ -24,7 +24,7 @@ recurrent state of the slots it runs).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -166,7 +166,7 @@ class Qwen35Forward:
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
 
     def _gdn_segments(self, i: int, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor, o: torch.Tensor,
-                      ctx: StepContext):
+                      ctx: StepContext) -> Iterator[tuple[torch.Tensor, ...]]:
         """Layer i's snapshot segments for `gdn_prefill_segments`, drawn lazily: each one's conv (the conv state
         carries across segments; its snapshot taken right after) then (q, k, v, a, b, out rows)."""
         conv_state, N, r0 = self.s[f"gdn.{i}.conv"][ctx.slot], mixed.shape[0], 0
