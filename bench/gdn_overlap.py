@@ -9,15 +9,15 @@ segment's prep, state pass and output pass back to back. The state pass is a ser
 on ~192 programs (1-2 per SM, latency-bound), while the next segment's prep depends only on the inputs. This
 bench times one layer-piece (27B heads, the default kernels) four ways, all in one process:
 
-* `segmented`: per segment prep, then state + output (what the engine does now);
-* `overlap`: the preps on a side stream, each segment's state + output waiting only for its own prep (the next
-  segment's prep runs beside this segment's state pass);
+* `segmented`: `gdn_prefill_segments` as the engine calls it by default (one gdn_prefill per segment);
+* `overlap`: the same op under $MODELD_GDN_OVERLAP=1 (segment s + 1's prep on a side stream beside segment s's
+  state pass: the schedule the engine takes with the switch);
 * `preps-first`: all four preps, then the four state + output passes (the same launches, no overlap);
 * `one-call`: the piece as one segment (the bound of writing snapshots from inside the state pass).
 
 p50 / p90 over --reps timed repetitions (CUDA events, eager: the two-stream schedule is the point), each scheme's
 ratio to `segmented`, the prep / state+output split per segment, and whether each scheme's output and final state
-equal `segmented`'s bit for bit. Nothing here changes the engine: a scheme that wins is built next.
+equal `segmented`'s bit for bit. `overlap` is the engine's opt-in path; the last two are what-ifs only.
 """
 
 from __future__ import annotations
@@ -48,83 +48,50 @@ def _inputs(tokens: int, heads: tuple[int, int, int, int], device: str):
 
 
 def _gdn_pieces(tokens: int, segment: int, heads: tuple[int, int, int, int], device: str):
-    """The kernels' internals for one layer-piece: a prep and a state + output launcher per segment."""
+    """One layer-piece's inputs, its segments, and the kernels' two halves (`_chunked_prep` / `_chunked_scan`, the
+    pieces `gdn_prefill_segments` schedules) for the schemes that reorder them."""
     from modeld.kernels.gdn import triton as tt
 
     q, k, v, a, b, A_log, dt_bias, state0 = _inputs(tokens, heads, device)
-    Hk, Dk = q.shape[1], q.shape[2]
-    Hv, Dv = v.shape[1], v.shape[2]
-    block_k, block_dv = max(16, 1 << (Dk - 1).bit_length()), max(16, 1 << (Dv - 1).bit_length())
-    kind, precision = tt.prep_kind(), tt.pass_precision()
-    kpre = tt.kpre_applies(kind, Dk)   # as gdn_prefill decides it
-    w_dtype = torch.float16 if precision == "fp16" else torch.float32
+    kind = tt.prep_kind()
     bounds = [(r0, min(r0 + segment, tokens)) for r0 in range(0, tokens, segment)]
 
-    def scratch(r0, r1):
-        T = r1 - r0
-        w = torch.empty((Hv, T, Dk), dtype=w_dtype, device=device)
-        return dict(w=w, u=torch.empty((Hv, T, Dv), device=device), gam=torch.empty((Hv, T), device=device),
-                    kd=torch.empty_like(w) if kpre else None)
+    def prep(r0, r1):
+        return tt._chunked_prep(k[r0:r1], v[r0:r1], a[r0:r1], b[r0:r1], A_log, dt_bias, "v2", kind)
 
-    def prep(r0, r1, s):
-        args = (k[r0:r1], v[r0:r1], a[r0:r1], b[r0:r1], A_log, dt_bias, s["w"], s["u"], s["gam"], s["kd"], block_k,
-                block_dv)
-        if kind == "product-bd-split":
-            tt._launch_split_prep(*args)
-        else:
-            tt._launch_prep(*args, kind)
+    def scan(r0, r1, scratch, state, out):
+        tt._chunked_scan(q[r0:r1], k[r0:r1], state, out[r0:r1], scratch)
 
-    def scan(r0, r1, s, state, out):
-        tt._launch_chunked_v2(q[r0:r1], k[r0:r1], s["w"], s["u"], s["gam"], s["kd"], state, out[r0:r1], block_k,
-                              block_dv, precision)
+    def segments(out):
+        return [(q[r0:r1], k[r0:r1], v[r0:r1], a[r0:r1], b[r0:r1], out[r0:r1]) for r0, r1 in bounds]
 
-    return dict(bounds=bounds, scratch=scratch, prep=prep, scan=scan, state0=state0, out_shape=(tokens, Hv, Dv),
-                kind=kind, precision=precision, kpre=kpre, heads=heads, device=device)
+    return dict(bounds=bounds, prep=prep, scan=scan, segments=segments, gates=(A_log, dt_bias), state0=state0,
+                out_shape=v.shape, kind=kind, precision=tt.pass_precision(), kpre=tt.kpre_applies(kind, q.shape[2]),
+                heads=heads, device=device)
 
 
 def schemes(p: dict) -> dict:
     """name -> run(state, out): each scheme leaves the layer-piece's output in `out` and its final state in `state`."""
-    cuda = p["device"] == "cuda"
-    side = torch.cuda.Stream() if cuda else None   # on the CPU (--check-only) the schedule is sequential
+    from bench._env import env_set
+    from modeld.kernels.gdn import triton as tt
 
-    def segmented(state, out):
-        for r0, r1 in p["bounds"]:
-            s = p["scratch"](r0, r1)
-            p["prep"](r0, r1, s)
-            p["scan"](r0, r1, s, state, out)
-
-    def overlap(state, out):
-        if not cuda:
-            return preps_first(state, out)
-        main = torch.cuda.current_stream()
-        scr = [p["scratch"](r0, r1) for r0, r1 in p["bounds"]]   # allocated on main, before the side stream uses them
-        start = torch.cuda.Event()
-        start.record(main)
-        ready = [torch.cuda.Event() for _ in scr]
-        with torch.cuda.stream(side):
-            side.wait_event(start)
-            for (r0, r1), s, ev in zip(p["bounds"], scr, ready):
-                p["prep"](r0, r1, s)
-                ev.record(side)
-        for (r0, r1), s, ev in zip(p["bounds"], scr, ready):
-            main.wait_event(ev)
-            p["scan"](r0, r1, s, state, out)
-        main.wait_stream(side)   # the scratch is freed on main only after the side stream's last use
+    def through_the_op(overlap: str):
+        def run(state, out):
+            with env_set(tt.OVERLAP_ENV, overlap):
+                tt.gdn_prefill_segments(p["segments"](out), *p["gates"], state)
+        return run
 
     def preps_first(state, out):
-        scr = [p["scratch"](r0, r1) for r0, r1 in p["bounds"]]
-        for (r0, r1), s in zip(p["bounds"], scr):
-            p["prep"](r0, r1, s)
-        for (r0, r1), s in zip(p["bounds"], scr):
+        scratch = [p["prep"](r0, r1) for r0, r1 in p["bounds"]]
+        for (r0, r1), s in zip(p["bounds"], scratch):
             p["scan"](r0, r1, s, state, out)
 
     def one_call(state, out):
         r1 = p["bounds"][-1][1]
-        s = p["scratch"](0, r1)
-        p["prep"](0, r1, s)
-        p["scan"](0, r1, s, state, out)
+        p["scan"](0, r1, p["prep"](0, r1), state, out)
 
-    return {"segmented": segmented, "overlap": overlap, "preps-first": preps_first, "one-call": one_call}
+    return {"segmented": through_the_op("0"), "overlap": through_the_op("1"), "preps-first": preps_first,
+            "one-call": one_call}
 
 
 def timed(run, p: dict, reps: int) -> tuple[float, float]:
@@ -150,10 +117,10 @@ def split_times(p: dict, reps: int) -> dict:
     """p50 seconds of one segment's prep and of its state + output pass, each alone (the repeated state pass works
     on its own previous output, U -> Vn in place: the values drift, the launches and their times do not)."""
     r0, r1 = p["bounds"][0]
-    s, state = p["scratch"](r0, r1), p["state0"].clone()
+    scratch, state = p["prep"](r0, r1), p["state0"].clone()
     out = torch.empty(p["out_shape"], dtype=torch.bfloat16, device="cuda")
-    return {"prep_s": timed(lambda st, o: p["prep"](r0, r1, s), p, reps)[0],
-            "state_output_s": timed(lambda st, o: p["scan"](r0, r1, s, state, out), p, reps)[0]}
+    return {"prep_s": timed(lambda st, o: p["prep"](r0, r1), p, reps)[0],
+            "state_output_s": timed(lambda st, o: p["scan"](r0, r1, scratch, state, out), p, reps)[0]}
 
 
 def same_bits(p: dict) -> dict[str, bool]:

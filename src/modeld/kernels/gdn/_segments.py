@@ -18,17 +18,17 @@ runs in order on the one device (the CPU tests exercise it that way).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import torch
 
 
-def pipelined(segments: Iterable[tuple], prep: Callable[[tuple], Any], scan: Callable[[tuple, Any], None],
+def pipelined(segments: Iterable[tuple], prep: Callable[[tuple], dict | None],
+              scan: Callable[[tuple, dict | None], None],
               after_segment: Callable[[int], None] | None = None) -> None:
     """For each segment, in order: prep(segment) → scratch, then scan(segment, scratch), then after_segment(i).
     Segment i + 1 is drawn from `segments` (running whatever code produces it) and its prep issued before segment
     i's scan; on CUDA the preps run on a side stream. A segment's first element must be a tensor (its device picks
-    the streams). Scratch tensors may sit in a dict, tuple or list (or be the scratch itself)."""
+    the streams); a scratch is a dict (its tensor values are the prep's outputs) or None."""
     it = iter(segments)
     seg = next(it, None)
     if seg is None:
@@ -38,7 +38,7 @@ def pipelined(segments: Iterable[tuple], prep: Callable[[tuple], Any], scan: Cal
     main = torch.cuda.current_stream(device) if cuda else None
     side = torch.cuda.Stream(device) if cuda else None
 
-    def launch(segment: tuple) -> tuple[tuple, Any, Any]:
+    def launch(segment: tuple) -> tuple[tuple, dict | None, torch.cuda.Event | None]:
         if not cuda:
             return segment, prep(segment), None
         produced = torch.cuda.Event()
@@ -48,8 +48,9 @@ def pipelined(segments: Iterable[tuple], prep: Callable[[tuple], Any], scan: Cal
             scratch = prep(segment)
             ready = torch.cuda.Event()
             ready.record(side)
-        for t in _tensors(scratch):
-            t.record_stream(main)
+        for t in (scratch or {}).values():
+            if isinstance(t, torch.Tensor):
+                t.record_stream(main)
         return segment, scratch, ready
 
     current, i = launch(seg), 0
@@ -64,9 +65,3 @@ def pipelined(segments: Iterable[tuple], prep: Callable[[tuple], Any], scan: Cal
             after_segment(i)
         current, i = upcoming, i + 1
 
-
-def _tensors(scratch: Any) -> list[torch.Tensor]:
-    if isinstance(scratch, torch.Tensor):
-        return [scratch]
-    values = scratch.values() if isinstance(scratch, dict) else scratch if isinstance(scratch, (tuple, list)) else ()
-    return [t for t in values if isinstance(t, torch.Tensor)]

@@ -569,12 +569,7 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> to
     tensor. Mutates `state`: read as the initial state, overwritten with the final one. Raises KernelInputError
     subclasses (KernelValueError for a bad $MODELD_GDN_CHUNK or $MODELD_GDN_PREP).
     """
-    check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
-    check_gdn_out(out, v)
-    check_gate_norm(gate, v)
-    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
-                      z=None if gate is None else gate[0], weight=None if gate is None else gate[1])
-    _check_dims(q.shape[2], v.shape[2])
+    _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, gate)
     version = chunk_version()
     kind = prep_kind() if version == "v2" else "substitution"
     fused = (gate is not None and fuses_gated_norm() and version == "v2" and q.shape[2] <= MAX_DK_CHUNKED
@@ -592,6 +587,16 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> to
     return o if out is None else out.copy_(o)
 
 
+def _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, gate) -> None:
+    """gdn_prefill's argument checks (shapes, dtypes, strides, devices, the chunked path's head dims)."""
+    check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
+    check_gdn_out(out, v)
+    check_gate_norm(gate, v)
+    check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
+                      z=None if gate is None else gate[0], weight=None if gate is None else gate[1])
+    _check_dims(q.shape[2], v.shape[2])
+
+
 def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) -> None:
     """Consecutive segments of one sequence, as `reference.gdn_prefill_segments` (which see for the contract). With
     $MODELD_GDN_OVERLAP=1 and the v2 chunked path, segment i + 1 is drawn and its prep issued before segment i's
@@ -606,10 +611,7 @@ def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) ->
         q, k, v, a, b, out = segment
         if out is None:
             raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
-        check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
-        check_gdn_out(out, v)
-        check_same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
-        _check_dims(q.shape[2], v.shape[2])
+        _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, None)
         return segment
 
     def prep(segment: tuple) -> dict | None:
