@@ -4,8 +4,8 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s30: the prep's fp16 block
-#                                    # products, KPRE tiles / head dims, rounding; random shapes at 6 seeds)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s31: every GDN GPU test, the
+#                                    # fp16 prep's head-dim map; random shapes at 6 seeds)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -14,7 +14,7 @@
 #   tools/device_checks.sh rounding-ttft  # then the cold 32k once per side, its logits compared bit for bit
 #   tools/device_checks.sh kernels   # conv prefill tiles / split / rows kernel; norms (gated-norm tiles); GDN v2 rows
 #                                    # (GDN_ROWS=product-bd: only the default and those rows)
-#   tools/device_checks.sh gdn-overlap  # s30 what-if: the next segment's GDN prep beside this one's state pass
+#   tools/device_checks.sh gdn-snapshots  # s31: a layer-piece's checkpoints in the state pass vs in segments
 #   tools/device_checks.sh attn      # prefill attention: tile sweep (T 8192 from 0 / 24576), key loops, tile GPU tests
 #   tools/device_checks.sh gemm      # bf16 prefill GEMM tiles at M 8192 (incl. the persistent tiles) + GPU tests
 #   tools/device_checks.sh gemm-variants  # tuned / persistent / ws / gluon-ws tiles, one child process per variant
@@ -35,7 +35,7 @@
 # run's env is recorded; findings/gdn-fp16-passes-h200-s23.md); the llama.cpp ratios of
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
-usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|gdn-overlap|attn|gemm|gemm-variants|ttft|cert|qhead"
+usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|gdn-snapshots|attn|gemm|gemm-variants|ttft|cert|qhead"
 usage+="|cert-qhead"
 usage+="|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
@@ -62,17 +62,26 @@ case "$step" in
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s30: the prep's fp16 block products and register cap; the
-    # segments' two-stream overlap; KPRE's state tiles and head dims, now that KPRE is the default; round_to's convert
-    # bit for bit; the engine's GDN candidates incl. overlap / prep-fp16) over xdist workers; then
-    # test_gpu_random_shapes at 6 fresh seeds at once (one process each; s30: forced KPRE failed at odd Dk before its
-    # row-alignment guard)
+    # the new / changed GPU tests of the last session (s31: gdn_prefill_checkpointed, its snapshots in the state pass
+    # (the state kernel's new arguments: every GDN GPU test); the engine's GDN candidates incl. in-pass / segments /
+    # prep-fp16) over xdist workers; then the fp16 prep's head-dim map, one process per id (s30: an illegal memory
+    # access at the tiny preset's Dk = Dv = 32 poisons the CUDA context of its process), and
+    # test_gpu_random_shapes at 6 fresh seeds at once (one process each)
     xdist=()
-    python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
+    python3 -c "import xdist" 2>/dev/null && xdist=(-n 12)
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
-      tests/kernels/test_gdn_prep_precision.py tests/kernels/test_gdn_segments.py tests/kernels/test_gdn_kpre.py \
-      tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
+      tests/kernels/test_gdn*.py tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
+      -k "not head_dims and not random_shapes" \
       --junitxml="$OUT/$step/pytest-new.xml" 2>&1 | grep --line-buffered -v -i warning
+    for dims in Dk32-Dv32 Dk32-Dv64 Dk64-Dv32 Dk64-Dv64 Dk32-Dv128 Dk128-Dv32 Dk16-Dv16 Dk128-Dv64; do
+      timeout -s INT -k 20 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
+        "tests/kernels/test_gdn_prep_precision.py::test_gpu_fp16_prep_head_dims[$dims]" > "$OUT/$step/dims-$dims.log" \
+        2>&1 &
+    done
+    wait
+    for f in "$OUT/$step"/dims-*.log; do
+      echo "$(basename "$f" .log): $(grep -h -o -E "[0-9]+ (passed|failed)|illegal memory access" "$f" | tr '\n' ' ')"
+    done
     for i in 1 2 3 4 5 6; do
       MODELD_GDN_PREP_PRECISION=${RANDOM_PREP_PRECISION:-tf32} timeout -s INT -k 20 200 python3 -m pytest -m gpu -q \
         -p no:cacheprovider tests/kernels/test_gdn.py -k "random_shapes" \
@@ -129,14 +138,13 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     timeout 420 python3 bench/kernels_recurrent.py --out "$OUT/$step/kr" --only gdn --reps 10 \
       --gdn-rows "${GDN_ROWS:-}" 2>&1 | grep --line-buffered -E "gdn_prefill\(chunked,v2"
     ;;
-  gdn-overlap)
-    # s30 what-if: the next snapshot segment's GDN prep on a side stream beside this segment's state pass
-    # (bench/gdn_overlap.py; one 27B layer-piece of 8192 tokens in 2048-token segments), at the defaults and with the
-    # fp16 prep (+ its 168-register cap)
-    for env in "" "MODELD_GDN_PREP_PRECISION=fp16" "MODELD_GDN_PREP_PRECISION=fp16 MODELD_GDN_PREP_MAXNREG=168"; do
+  gdn-snapshots)
+    # s31: one 27B layer-piece (8192 tokens, checkpoints every 2048) with its snapshots in the state pass vs in
+    # segments vs none (bench/gdn_snapshots.py), at the defaults and with the fp16 prep
+    for env in "" "MODELD_GDN_PREP_PRECISION=fp16"; do
       tag=$(echo "${env:-default}" | tr ' =' '_-')
-      env $env timeout 150 python3 bench/gdn_overlap.py --out "$OUT/$step/$tag" --reps 20 2>&1 \
-        | grep --line-buffered -E "gdn_overlap|Error" | sed -u "s/^/[$tag] /"
+      env $env timeout 150 python3 bench/gdn_snapshots.py --out "$OUT/$step/$tag" --reps 20 2>&1 \
+        | grep --line-buffered -E "gdn_snapshots|Error" | sed -u "s/^/[$tag] /"
     done
     ;;
   attn)
@@ -167,11 +175,13 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
     # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the
     # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
-    # Session 30's candidates by default (7 variants, 2 rounds: ~3 min after the load): the segments' overlap, the prep's fp16 block products (± its register cap),
-    # two state tiles, and the prefill piece at 16k / 32k (NOTE: the fp16 prep changes bits: certify before a flip)
-    s30="MODELD_GDN_OVERLAP=1,MODELD_GDN_PREP_PRECISION=fp16,MODELD_GDN_PREP_PRECISION=fp16+MODELD_GDN_PREP_MAXNREG=168"
-    s30+=",MODELD_GDN_STATE_TILE=16:4:2,MODELD_GDN_STATE_TILE=32:8:2,chunk=16384,chunk=32768"
-    ab=${TTFT_AB:-$s30}
+    # Session 31's candidates by default (~3 min after the load): the checkpoints in the GDN state pass (same bits),
+    # with the prefill piece at 16k / 32k (no segments left to lose), the prep's fp16 block products (± its register
+    # cap; NOTE: they change bits: certify before a flip) and a state tile
+    s31="MODELD_GDN_SNAPSHOTS=in-pass,MODELD_GDN_SNAPSHOTS=in-pass+chunk=16384,MODELD_GDN_SNAPSHOTS=in-pass+chunk=32768"
+    s31+=",MODELD_GDN_PREP_PRECISION=fp16,MODELD_GDN_PREP_PRECISION=fp16+MODELD_GDN_PREP_MAXNREG=168"
+    s31+=",MODELD_GDN_STATE_TILE=16:4:2"
+    ab=${TTFT_AB:-$s31}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \

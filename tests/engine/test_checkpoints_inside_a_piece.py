@@ -93,3 +93,25 @@ def test_reserve_keeps_the_newest_and_never_hands_out_an_entry_twice():
         ck.commit(j, p)
     assert ck.held() == [12, 16] and float(ck.arena[f"{got[16]}:s"][0]) == 16.0
     assert StateCheckpoints(state, ["s"], 0).reserve([8]) == {}
+
+
+def test_in_pass_snapshots_are_the_segments_bit_for_bit(ckpt_dir, monkeypatch):
+    """Triton kernels (interpreter on CPU): one 200-token piece checkpointed every 64 tokens fills the same entries
+    and gives the same logits whether the GDN keeps the checkpoints in its state pass or runs in segments
+    (kernels/gdn/triton.py SNAPSHOTS_ENV); the conv states come from the forward's input windows either way."""
+    from modeld.kernels.gdn import triton as gdn_tt
+    from modeld.execution.bindings import triton_kernels
+
+    prompt = random_prompt(1024, 200, 35)
+    runs = {}
+    for mode in gdn_tt.SNAPSHOT_MODES:
+        monkeypatch.setenv(gdn_tt.SNAPSHOTS_ENV, mode)
+        eng = make_engine(ckpt_dir("tiny"), kernels=triton_kernels(), capacity=256, prefill_chunk=256,
+                          checkpoint_every=64, checkpoints=4)
+        logits = eng.prefill(0, prompt).clone()
+        assert eng.ckpts[0].held() == [64, 128, 192, 200]
+        runs[mode] = logits, [_entry(eng, p) for p in (64, 128, 192)]
+    (logits_a, entries_a), (logits_b, entries_b) = runs.values()
+    assert torch.equal(logits_a, logits_b)
+    for got, want in zip(entries_a, entries_b):
+        assert all(torch.equal(got[n], want[n]) for n in want)

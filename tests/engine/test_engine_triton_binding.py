@@ -145,21 +145,23 @@ GDN_CANDIDATES = {   # the opt-in GDN prefill switches of session 22, alone and 
     "state-transposed": {"MODELD_GDN_STATE_T": "1"},
     "state-kpre": {"MODELD_GDN_STATE_KPRE": "1"},   # session 28; not with the transposed state ("all")
     "fused-norm": {"MODELD_GDN_FUSED_NORM": "1"},    # session 28; not with the output loop ("all")
-    "overlap": {"MODELD_GDN_OVERLAP": "1"},          # session 30: the segments' preps a segment ahead
+    "segments": {"MODELD_GDN_SNAPSHOTS": "segments"},   # session 31: checkpoints by segments / in the state pass
+    "in-pass": {"MODELD_GDN_SNAPSHOTS": "in-pass"},
     "prep-fp16": {"MODELD_GDN_PREP_PRECISION": "fp16"},   # session 30
     "all": {"MODELD_GDN_PASS_PRECISION": "fp16", "MODELD_GDN_OUTPUT_LOOP": "2,64,4,2",
             "MODELD_GDN_INV_PRECISION": "fp16x3", "MODELD_GDN_STATE_T": "1"},
 }
 
 
-CPU_CANDIDATES = ("all", "fused-norm", "overlap")
+CPU_CANDIDATES = ("all", "fused-norm", "segments", "in-pass")
 
 
 @pytest.mark.parametrize("variant", [*CPU_CANDIDATES, *[pytest.param(v, marks=pytest.mark.gpu)
                                                         for v in GDN_CANDIDATES if v not in CPU_CANDIDATES]])
 def test_gdn_candidates_through_the_engine(ckpt_dir, variant, monkeypatch):
     """The GDN candidates inside the engine (interpreter on CPU: the session-22 four together, the fused output
-    norm, whose segments each normalise their own rows, and the segments' overlap; each alone on the H200):
+    norm, whose segments each normalise their own rows, and both ways of keeping the checkpoints; each alone on the
+    H200):
     a 128-token piece that checkpoints at 64 gives the whole piece's logits bit for bit (segments on the chunk grid),
     and the logits stay near the reference binding's, same argmax."""
     from engine_support import Qwen35Config, Qwen35Engine, SafetensorsDirSource

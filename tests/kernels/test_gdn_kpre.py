@@ -203,7 +203,7 @@ for dk in (16, 32, 64, 128):
     k = torch.zeros(T, 1, dk, dtype=torch.bfloat16)
     w = torch.zeros(Hv, T, dk, dtype=torch.float16)
     args = [k, w, torch.zeros(Hv, T, 64), torch.zeros(Hv, T), torch.zeros(Hv, dk, 64),
-            torch.zeros(Hv, 5, dk, 64, dtype=torch.float16), w, T, k.stride(0)]
+            torch.zeros(Hv, 5, dk, 64, dtype=torch.float16), w, torch.zeros(1, Hv, dk, 64), T, k.stride(0), 0, 2, 0]
     kw = dict(HEAD_RATIO=2, DK=dk, DV=64, BLOCK_K=dk, BLOCK_V=32, CHUNK=64, PRECISION="fp16", KPRE=True,
               num_warps=4, num_stages=2)
     kern, regs, spill = _compile_offline(K, args, kw)

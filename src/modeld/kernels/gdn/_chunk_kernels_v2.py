@@ -60,17 +60,21 @@ def _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk, kmas
 
 @triton.jit
 def _chunk_state_kernel(
-    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr, kd_ptr,
-    T, stride_kt,
+    k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr, kd_ptr, snap_ptr,
+    T, stride_kt, snap_first, snap_every, n_snap,
     HEAD_RATIO: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
-    KPRE: tl.constexpr = False,
+    KPRE: tl.constexpr = False, SNAP: tl.constexpr = False,
 ):
     """Mutates u (U → Vn), h (chunk-start states [Hv, n_chunks, DK, DV]) and state (initial → final).
 
     KPRE: the update's key operand K̂ e^{γ_C−γ} is read from kd [Hv, T, DK] (the prep wrote it, in W's dtype) instead
     of being built here from k and γ every step: the load then feeds the dot directly, so the pipeliner can prefetch
-    it with W, and the step loses the l2 norm's reduction and the exponentials from its serial chain."""
+    it with W, and the step loses the l2 norm's reduction and the exponentials from its serial chain.
+
+    SNAP: the fp32 state entering chunks snap_first + j·snap_every (j < n_snap) also goes to snap [n_snap, Hv, DK,
+    DV] (an engine's checkpoints inside a prefill piece, `gdn_prefill_checkpointed`): the register state itself, so
+    a snapshot is what a call ending there would have left in `state`, bit for bit."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // HEAD_RATIO
@@ -86,6 +90,12 @@ def _chunk_state_kernel(
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
     for c0 in range(0, T, CHUNK):
         tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ptr.dtype.element_ty), mask=svmask)
+        if SNAP:   # a predicated store (no branch in the serial loop): no memory traffic where it is off
+            since = tl.maximum(c0 // CHUNK - snap_first, 0)
+            j = since // snap_every
+            hit = (c0 // CHUNK >= snap_first) & (since % snap_every == 0) & (j < n_snap)
+            snap_at = snap_ptr + (j.to(tl.int64) * tl.num_programs(1) + hv) * DK * DV + s_off
+            tl.store(snap_at, S, mask=svmask & hit)
         if KPRE:
             ts = c0 + tl.arange(0, CHUNK)
             tmask = ts < T

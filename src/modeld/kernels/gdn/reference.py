@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from typing import NamedTuple
 
 from modeld.kernels._checks import check_positive, check_tensor, same_device
-from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError
+from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelStrideError, KernelValueError
 from modeld.kernels.gated_rmsnorm import reference as gated_norm_ref
 
-__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_chunked", "gdn_prefill_segments"]
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_checkpointed", "gdn_prefill_chunked"]
 REFERENCE_ONLY = ("gdn_prefill_chunked",)  # no Triton twin; tests compare it with gdn_prefill
 
 ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -181,25 +181,49 @@ def gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=None, gate=None) -> to
     return o if out is None else out.copy_(o)
 
 
-def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) -> None:
-    """Consecutive segments of one sequence (an engine's snapshot segments), in order. `segments` yields
-    (q, k, v, a, b, out) per segment, shaped as for `gdn_prefill` with `out` required; it may produce each lazily
-    (e.g. by a conv whose state carries across segments: an implementation may draw segment i + 1 before segment
-    i's state update has run, never before segment i was drawn). Each segment's o goes to its `out`;
-    after_segment(i), when given, is called once `state` holds the state after segment i (before any later segment
-    updates it). Mutates `state` and every `out`. Raises KernelInputError subclasses."""
-    segment_loop(gdn_prefill, segments, A_log, dt_bias, state, after_segment)
+def gdn_prefill_checkpointed(q, k, v, a, b, A_log, dt_bias, state, ends, snapshots, out=None) -> torch.Tensor:
+    """`gdn_prefill` over T tokens that also keeps the recurrent state after the first ends[j] tokens in
+    snapshots[j] (an engine's checkpoints inside one prefill piece). ends: strictly increasing ints in (0, T) (may
+    be empty); snapshots: fp32 [len(ends), Hv, Dk, Dv] contiguous (None when ends is empty); out as for
+    gdn_prefill. Returns o [T, Hv, Dv]; mutates state (initial → final), snapshots and out. Raises
+    KernelInputError subclasses."""
+    check_gdn_inputs(q, k, v, a, b, A_log, dt_bias, state, decode=False)
+    check_gdn_out(out, v)
+    same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out)
+    ends = check_snapshots(ends, snapshots, v, state)
+    return checkpointed_loop(gdn_prefill, q, k, v, a, b, A_log, dt_bias, state, ends, snapshots, out)
 
 
-def segment_loop(prefill, segments, A_log, dt_bias, state, after_segment=None) -> None:
-    """`gdn_prefill_segments` as one `prefill` (a gdn_prefill) per segment: the reference, and the Triton op's
-    sequential form."""
-    for i, (q, k, v, a, b, out) in enumerate(segments):
-        if out is None:
-            raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
-        prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
-        if after_segment is not None:
-            after_segment(i)
+def check_snapshots(ends, snapshots, v, state) -> tuple[int, ...]:
+    """`gdn_prefill_checkpointed`'s ends and snapshots (see there); returns ends as a tuple of ints. Raises
+    KernelValueError (ends) or KernelInputError subclasses (snapshots)."""
+    T = v.shape[0]
+    try:
+        ends = tuple(int(e) for e in ends)
+    except (TypeError, ValueError):
+        raise KernelValueError(f"ends must be a sequence of token counts, got {ends!r}") from None
+    if any(not 0 < e < T for e in ends) or any(e1 <= e0 for e0, e1 in zip(ends, ends[1:])):
+        raise KernelValueError(f"ends must increase strictly inside (0, {T}), got {list(ends)}")
+    if snapshots is None:
+        if ends:
+            raise KernelShapeError(f"snapshots: {len(ends)} ends need an fp32 [{len(ends)}, Hv, Dk, Dv] buffer")
+        return ends
+    check_tensor("snapshots", snapshots, dtypes=(torch.float32,), shape=[len(ends), *state.shape])
+    same_device(v=v, snapshots=snapshots)
+    return ends
+
+
+def checkpointed_loop(prefill, q, k, v, a, b, A_log, dt_bias, state, ends, snapshots, out) -> torch.Tensor:
+    """`gdn_prefill_checkpointed` as one `prefill` (a gdn_prefill) per segment, the state copied after each: the
+    reference, and the Triton op's form where its one-pass kernel does not apply. Arguments already checked."""
+    o = out if out is not None else torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    r0 = 0
+    for j, r1 in enumerate((*ends, v.shape[0])):
+        prefill(q[r0:r1], k[r0:r1], v[r0:r1], a[r0:r1], b[r0:r1], A_log, dt_bias, state, out=o[r0:r1])
+        if j < len(ends):
+            snapshots[j].copy_(state)
+        r0 = r1
+    return o
 
 
 def gdn_prefill_chunked(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

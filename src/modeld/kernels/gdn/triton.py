@@ -26,7 +26,6 @@ import triton
 from modeld.kernels._checks import check_same_device, env_choice, interpreting
 from modeld.kernels._pdl import pdl_on
 from modeld.kernels.errors import KernelShapeError, KernelValueError
-from modeld.kernels.gdn import _segments
 from modeld.kernels.gdn._chunk_kernels import _chunk_prep_kernel, _chunk_scan_kernel
 from modeld.kernels.gdn._chunk_prep_product import _chunk_inverse_kernel, _chunk_prep_product_kernel, _chunk_uw_kernel
 from modeld.kernels.gdn._chunk_prep_v2 import SUB, _chunk_prep_blocked_kernel
@@ -34,9 +33,10 @@ from modeld.kernels.gdn._chunk_kernels_v2 import (_chunk_output_kernel, _chunk_o
                                                   _chunk_state_t_kernel)
 from modeld.kernels.gdn._recurrent_kernels import _gdn_decode_kernel, _gdn_recurrent_kernel
 from modeld.kernels.gated_rmsnorm import triton as gated_norm
-from modeld.kernels.gdn.reference import CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out, segment_loop
+from modeld.kernels.gdn.reference import (CHUNK, check_gate_norm, check_gdn_inputs, check_gdn_out, check_snapshots,
+                                          checkpointed_loop)
 
-__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_segments"]
+__all__ = ["fuses_gated_norm", "gdn_decode", "gdn_prefill", "gdn_prefill_checkpointed"]
 
 MAX_DK = 256
 MAX_DV = 256
@@ -208,11 +208,15 @@ KPRE_ROW_ALIGN = 8
 # unnormalised and the separate norm kernel (22.7 ms of the cold 32k in session 28's table, 0.53 of its byte floor)
 # goes. $MODELD_GDN_FUSED_NORM ("0" / "1", read per call) switches it; off, or on a path without the v2 output pass
 # (v1, Dk > 128, Dv > 128), the gate is applied by kernels/gated_rmsnorm after the plain output.
-# The snapshot segments of a prefill piece pipelined over two CUDA streams (session 30, `_segments.py`): segment
-# i + 1's prep beside segment i's state pass. $MODELD_GDN_OVERLAP ("0" / "1", read per call); untimed (the what-if
-# first: bench/gdn_overlap.py, `tools/device_checks.sh gdn-overlap`).
-OVERLAP_ENV = "MODELD_GDN_OVERLAP"
-V2_OVERLAP = False
+# An engine's checkpoints inside a prefill piece (`gdn_prefill_checkpointed`): "in-pass" runs the piece as one
+# prefill whose state pass also stores the fp32 state at the checkpoints (`_chunk_state_kernel` SNAP) when they sit
+# on the chunk grid, equally spaced; "segments" runs one gdn_prefill per segment. The same bits (H200 session 31:
+# bench/gdn_snapshots.py). Session 31's what-if at 27B heads, T 8192 in four segments: one call 0.76x the segments;
+# the two-stream overlap of session 30 tried first was 2.3x slower (dead-ends/gdn-segment-overlap-two-streams.md).
+# $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
+SNAPSHOTS_ENV = "MODELD_GDN_SNAPSHOTS"
+SNAPSHOT_MODES = ("in-pass", "segments")
+V2_SNAPSHOTS = "segments"
 FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
 V2_FUSED_NORM = False
 FUSED_OUTPUT_WARPS = 8
@@ -313,10 +317,10 @@ def kpre_applies(kind: str, Dk: int) -> bool:
     return runnable and block_k >= KPRE_MIN_BLOCK_K and Dk % KPRE_ROW_ALIGN == 0
 
 
-def overlap() -> bool:
-    """Whether `gdn_prefill_segments` pipelines its segments over two streams: $MODELD_GDN_OVERLAP ("0" / "1") if
-    set, else V2_OVERLAP. Raises KernelValueError."""
-    return env_choice(OVERLAP_ENV, "1" if V2_OVERLAP else "0", ("0", "1")) == "1"
+def snapshot_mode() -> str:
+    """How `gdn_prefill_checkpointed` keeps its checkpoints: $MODELD_GDN_SNAPSHOTS if set, else V2_SNAPSHOTS.
+    Raises KernelValueError."""
+    return env_choice(SNAPSHOTS_ENV, V2_SNAPSHOTS, SNAPSHOT_MODES)
 
 
 def inv_precision() -> str:
@@ -443,13 +447,13 @@ def _chunked_prep(k, v, a, b, A_log, dt_bias, version, kind) -> dict:
     return dict(w=w, u=u, gam=gam, kd=kd, block_k=block_k, block_dv=block_dv, precision=precision, version=version)
 
 
-def _chunked_scan(q, k, state, o, scratch: dict, gate=None) -> None:
-    """The chunked prefill's second half: the state pass and the output pass over `_chunked_prep`'s scratch.
-    Mutates the scratch's U (→ Vn), state (initial → final) and o."""
+def _chunked_scan(q, k, state, o, scratch: dict, gate=None, snap=None) -> None:
+    """The chunked prefill's second half: the state pass and the output pass over `_chunked_prep`'s scratch
+    (snap: v2 only, see `_launch_chunked_v2`). Mutates the scratch's U (→ Vn), state (initial → final) and o."""
     w, u, gam, kd = scratch["w"], scratch["u"], scratch["gam"], scratch["kd"]
     block_k, block_dv = scratch["block_k"], scratch["block_dv"]
     if scratch["version"] == "v2":
-        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, scratch["precision"], gate)
+        _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, scratch["precision"], gate, snap)
         return
     T, Hk, Dk = q.shape
     Hv, Dv = o.shape[1], o.shape[2]
@@ -505,9 +509,11 @@ def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block
         KD_OUT=kd is not None, num_warps=UW_WARPS, num_stages=1)
 
 
-def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision, gate=None):
+def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precision, gate=None, snap=None):
     """State pass then output pass (`_chunk_kernels_v2.py`) after the prep (kd: the prep's decayed keys, or None;
-    gate: a GateNorm the output pass applies, or None). Mutates u (U → Vn), state (initial → final) and o."""
+    gate: a GateNorm the output pass applies, or None; snap: (snapshots [n, Hv, Dk, Dv] fp32, first chunk, chunks
+    apart) for the untransposed state pass to store its state into, or None). Mutates u (U → Vn), state (initial →
+    final), o and the snapshots."""
     T, Hk, Dk = q.shape
     Hv, Dv = o.shape[1], o.shape[2]
     n_chunks = triton.cdiv(T, CHUNK)
@@ -518,12 +524,16 @@ def _launch_chunked_v2(q, k, w, u, gam, kd, state, o, block_k, block_dv, precisi
     bv, warps, stages = state_tile()
     bv = min(bv, block_dv)
     if state_transposed():
+        if snap is not None:
+            raise KernelValueError(f"the transposed state pass keeps no snapshots ({STATE_T_ENV}=1)")
         _chunk_state_t_kernel[(triton.cdiv(Dv, bv), Hv)](
             k, w, u, gam, state, h, T, k.stride(0), BLOCK_V=bv, num_warps=warps, num_stages=stages, **common)
     else:
+        snaps, first, every = snap if snap is not None else (state, 0, 1)
         _chunk_state_kernel[(triton.cdiv(Dv, bv), Hv)](
-            k, w, u, gam, state, h, w if kd is None else kd, T, k.stride(0), BLOCK_V=bv, num_warps=warps,
-            num_stages=stages, KPRE=kd is not None, **common)
+            k, w, u, gam, state, h, w if kd is None else kd, snaps, T, k.stride(0), first, every,
+            0 if snap is None else snaps.shape[0], BLOCK_V=bv, num_warps=warps, num_stages=stages,
+            KPRE=kd is not None, SNAP=snap is not None, **common)
     loop = output_loop()
     if gate is not None:   # one V-block over the whole Dv: the row norm needs every column
         if loop is not None:
@@ -597,37 +607,24 @@ def _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, gate) -> None:
     _check_dims(q.shape[2], v.shape[2])
 
 
-def gdn_prefill_segments(segments, A_log, dt_bias, state, after_segment=None) -> None:
-    """Consecutive segments of one sequence, as `reference.gdn_prefill_segments` (which see for the contract). With
-    $MODELD_GDN_OVERLAP=1 and the v2 chunked path, segment i + 1 is drawn and its prep issued before segment i's
-    state pass, the preps on a side stream (`_segments.py`); otherwise one `gdn_prefill` per segment. The same bits
-    either way. Raises KernelInputError subclasses (KernelValueError for a bad $MODELD_GDN_OVERLAP)."""
-    if not overlap() or chunk_version() != "v2":
-        segment_loop(gdn_prefill, segments, A_log, dt_bias, state, after_segment)
-        return
-    kind = prep_kind()
-
-    def checked(segment: tuple) -> tuple:
-        q, k, v, a, b, out = segment
-        if out is None:
-            raise KernelShapeError("gdn_prefill_segments: every segment needs its out rows")
-        _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, None)
-        return segment
-
-    def prep(segment: tuple) -> dict | None:
-        q, k, v, a, b, _ = segment
-        if q.shape[2] > MAX_DK_CHUNKED or min(v.shape) == 0:
-            return None   # the recurrent kernel / nothing to do: gdn_prefill in the scan
-        return _chunked_prep(k, v, a, b, A_log, dt_bias, "v2", kind)
-
-    def scan(segment: tuple, scratch: dict | None) -> None:
-        q, k, v, a, b, out = segment
-        if scratch is None:
-            gdn_prefill(q, k, v, a, b, A_log, dt_bias, state, out=out)
-        else:
-            _chunked_scan(q, k, state, out, scratch)
-
-    _segments.pipelined(map(checked, segments), prep, scan, after_segment)
+def gdn_prefill_checkpointed(q, k, v, a, b, A_log, dt_bias, state, ends, snapshots, out=None) -> torch.Tensor:
+    """`gdn_prefill` that also keeps the state after each of the first `ends` tokens, as
+    `reference.gdn_prefill_checkpointed` (which see for the contract). In one prefill whose state pass stores them
+    (snapshot_mode() "in-pass", the v2 untransposed state pass, ends on the chunk grid and equally spaced), else one
+    gdn_prefill per segment; the same bits either way. Raises KernelInputError subclasses."""
+    _check_prefill(q, k, v, a, b, A_log, dt_bias, state, out, None)
+    ends = check_snapshots(ends, snapshots, v, state)
+    steps = {e1 - e0 for e0, e1 in zip(ends, ends[1:])}
+    one_pass = (snapshot_mode() == "in-pass" and chunk_version() == "v2" and not state_transposed()
+                and q.shape[2] <= MAX_DK_CHUNKED and v.shape[2] <= MAX_DK_CHUNKED
+                and all(e % CHUNK == 0 for e in ends) and len(steps) <= 1)
+    if not ends or not one_pass:
+        return checkpointed_loop(gdn_prefill, q, k, v, a, b, A_log, dt_bias, state, ends, snapshots, out)
+    o = out if out is not None else torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    scratch = _chunked_prep(k, v, a, b, A_log, dt_bias, "v2", prep_kind())
+    snap = (snapshots, ends[0] // CHUNK, (steps.pop() if steps else CHUNK) // CHUNK)
+    _chunked_scan(q, k, state, o, scratch, snap=snap)
+    return o
 
 
 def _gdn_prefill_recurrent(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:

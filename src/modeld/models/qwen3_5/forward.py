@@ -13,9 +13,10 @@ the last real inputs (`_conv_prefill_padded`); attention reads its start from th
 (`attention_prefill_at`; pad rows write KV past the real length, which nothing reads before it is overwritten);
 the logits are the last real row's.
 
-Prefill snapshots (StepContext `snapshots`): each GDN layer runs its conv and recurrence in segments that end at
-those row offsets and hands the engine its conv and recurrent state after each, so a long prefill piece can still
-be checkpointed every `checkpoint_every` positions; attention, MLP and the projections see the whole piece.
+Prefill snapshots (StepContext `snapshots`): each GDN layer hands the engine its conv and recurrent state after
+each of those row offsets (the conv's as a window of its inputs, the recurrence's from `gdn_prefill_checkpointed`),
+so a long prefill piece can still be checkpointed every `checkpoint_every` positions; every op sees the whole
+piece (the fused output norm's opt-in path runs the GDN in segments).
 
 Mutates only the state buffers passed in the context (KV at the written positions, conv and
 recurrent state of the slots it runs).
@@ -24,7 +25,7 @@ recurrent state of the slots it runs).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -134,11 +135,11 @@ class Qwen35Forward:
             y = self._conv_prefill_padded(i, mixed, conv_state[ctx.slot], ctx)
             o = self._gdn_core(i, y, a, b, rec[ctx.slot], decode=False)
         else:
-            # one segment per snapshot interval: the conv and recurrent state after each segment is what an engine
-            # checkpoints there (both kernels carry the state across calls exactly); each segment writes its rows of
-            # one output buffer (no concatenation copy: 9 ms of the cold 32k in session 28's kernel table)
-            # When the kernels fuse the output norm into the GDN's output pass, each segment gets its gate rows and
-            # the buffer holds the normed output (kernels/gdn/triton.py FUSED_NORM_ENV)
+            # the GDN writes its rows into one output buffer (no concatenation copy: 9 ms of the cold 32k in session
+            # 28's kernel table). When the kernels fuse the output norm into the GDN's output pass (opt-in,
+            # kernels/gdn/triton.py FUSED_NORM_ENV) each snapshot segment runs its own conv and prefill with its gate
+            # rows (the buffer holds the normed output); the conv and recurrent state after each segment is what the
+            # engine checkpoints there (both kernels carry the state across calls exactly)
             fused = ks.gdn.fuses_gated_norm()
             o = torch.empty((N, Hv, c.lin_v_dim), dtype=mixed.dtype, device=mixed.device)
             if fused:
@@ -152,30 +153,31 @@ class Qwen35Forward:
                         ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
                     r0 = r1
                 return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
-            # the segments as one kernel call: it may draw segment s + 1 (its conv, and the conv state's snapshot
-            # after s) before segment s's recurrence runs (kernels/gdn/triton.py OVERLAP_ENV)
-            ends = (*ctx.snapshots, N)
-
-            def snapshot_recurrent_state(s: int) -> None:
-                if ends[s] < N:
-                    ctx.snapshot(ends[s], f"gdn.{i}.rec", rec[ctx.slot])
-
-            ks.gdn.gdn_prefill_segments(self._gdn_segments(i, mixed, a, b, o, ctx), w[f"L{i}.gdn.A_log"],
-                                        w[f"L{i}.gdn.dt_bias"], rec[ctx.slot], snapshot_recurrent_state)
+            # the conv over the whole piece (its state after each snapshot offset is a window of its inputs), then
+            # the recurrence as one call that also keeps the state at the offsets (kernels/gdn: in its state pass
+            # where it can, kernels/gdn/triton.py SNAPSHOTS_ENV)
+            self._conv_with_snapshots(i, mixed, ctx)
+            y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
+            q, k, v = self._qkv(y)
+            ends = ctx.snapshots
+            snaps = torch.empty((len(ends), *rec.shape[1:]), dtype=rec.dtype, device=rec.device) if ends else None
+            ks.gdn.gdn_prefill_checkpointed(q, k, v, a, b, w[f"L{i}.gdn.A_log"], w[f"L{i}.gdn.dt_bias"],
+                                            rec[ctx.slot], ends, snaps, out=o)
+            for j, r1 in enumerate(ends):
+                ctx.snapshot(r1, f"gdn.{i}.rec", snaps[j])
         o = ks.gated_rmsnorm.gated_rms_norm(o, z, w[f"L{i}.gdn.norm"], c.eps)
         return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
 
-    def _gdn_segments(self, i: int, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor, o: torch.Tensor,
-                      ctx: StepContext) -> Iterator[tuple[torch.Tensor, ...]]:
-        """Layer i's snapshot segments for `gdn_prefill_segments`, drawn lazily: each one's conv (the conv state
-        carries across segments; its snapshot taken right after) then (q, k, v, a, b, out rows)."""
-        conv_state, N, r0 = self.s[f"gdn.{i}.conv"][ctx.slot], mixed.shape[0], 0
-        for r1 in (*ctx.snapshots, N):
-            y = self.ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], self.w[f"L{i}.gdn.conv"], conv_state)
-            if r1 < N:
-                ctx.snapshot(r1, f"gdn.{i}.conv", conv_state)
-            yield (*self._qkv(y), a[r0:r1], b[r0:r1], o[r0:r1])
-            r0 = r1
+    def _conv_with_snapshots(self, i: int, mixed: torch.Tensor, ctx: StepContext) -> None:
+        """Hand the engine layer i's conv state after each snapshot offset r of this piece: the last W-1 inputs
+        before row r of [state; mixed] (what the conv kernel would leave after a call ending there), taken before
+        the piece's conv overwrites the state."""
+        if not ctx.snapshots:
+            return
+        state = self.s[f"gdn.{i}.conv"][ctx.slot]  # [W-1, C]
+        history = torch.cat([state, mixed[: ctx.snapshots[-1]]])
+        for r in ctx.snapshots:
+            ctx.snapshot(r, f"gdn.{i}.conv", history[r : r + state.shape[0]])
 
     def _qkv(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The conv output's column slices: q, k [n, Hk, Dk] and v [n, Hv, Dv] (views)."""
