@@ -40,7 +40,7 @@ def test_fp16_prep_matches_reference(case, prep, gen, device, monkeypatch):
 def test_fp16_prep_correlated_keys(prep, gen, device, monkeypatch):
     """Near-parallel keys with β ≈ 1: (I + L)⁻¹ far from I, its factors' entries large — fp16's range is the risk."""
     _fp16_prep(monkeypatch, prep)
-    check_correlated((150, 1, 2, 32, 16), gen, device, tf32=True)
+    check_correlated((150, 1, 2, 64, 64), gen, device, tf32=True)
 
 
 def test_fp16_prep_really_switches(gen, device, monkeypatch):
@@ -50,7 +50,7 @@ def test_fp16_prep_really_switches(gen, device, monkeypatch):
     monkeypatch.setenv(tt.PREP_ENV, "product-bd")
     monkeypatch.setenv(tt.PASS_PRECISION_ENV, "ieee")
     monkeypatch.setenv(tt.INV_PRECISION_ENV, "ieee")
-    *args, state = gdn_inputs(200, 2, 4, 32, 48, gen, device, False, True, True)
+    *args, state = gdn_inputs(200, 2, 4, 64, 64, gen, device, False, True, True)
     outs = {}
     for precision in ("ieee", "fp16"):
         monkeypatch.setenv(tt.PREP_PRECISION_ENV, precision)
@@ -62,9 +62,36 @@ def test_fp16_prep_really_switches(gen, device, monkeypatch):
 
 
 def test_prep_precision_default_is_the_dot_precision(monkeypatch):
+    """Read per call (session 31: bound at import, it kept tf32 under tests that make every dot exact)."""
     monkeypatch.delenv(tt.PREP_PRECISION_ENV, raising=False)
-    assert tt.prep_precision("product-bd") == tt.V2_PREP_PRECISION == tt.DOT_PRECISION
-    assert tt.prep_precision("blocked") == tt.DOT_PRECISION
+    assert tt.V2_PREP_PRECISION is None
+    assert tt.prep_precision("product-bd") == tt.DOT_PRECISION and tt.prep_precision("blocked") == tt.DOT_PRECISION
+    monkeypatch.setattr(tt, "DOT_PRECISION", "ieee")
+    assert tt.prep_precision("product-bd") == "ieee"
+
+
+@pytest.mark.parametrize("block_k, block_dv, want", [(64, 64, "fp16"), (128, 128, "fp16"), (32, 128, "tf32"),
+                                                     (128, 32, "tf32"), (16, 16, "tf32")])
+def test_fp16_prep_only_on_64_wide_tiles(block_k, block_dv, want, monkeypatch):
+    """Below FP16_PREP_MIN_BLOCK the fp16 block products gave wrong results on the H200 (session 31 head-dim map):
+    there the prep keeps DOT_PRECISION."""
+    monkeypatch.setenv(tt.PREP_PRECISION_ENV, "fp16")
+    assert tt.prep_precision("product-bd", block_k, block_dv) == (want if want == "fp16" else tt.DOT_PRECISION)
+
+
+def test_fp16_prep_at_small_heads_is_the_default_prep_bit_for_bit(gen, device, monkeypatch):
+    """Through gdn_prefill at Dk 32 / Dv 16: asked for fp16, the prep launches with DOT_PRECISION, the same bits."""
+    _fp16_prep(monkeypatch)
+    spy = _LaunchOptions(tt._chunk_prep_product_kernel)
+    monkeypatch.setattr(tt, "_chunk_prep_product_kernel", spy)
+    *args, state = gdn_inputs(70, 1, 2, 32, 16, gen, device, False)
+    outs = []
+    for precision in ("fp16", tt.DOT_PRECISION):
+        monkeypatch.setenv(tt.PREP_PRECISION_ENV, precision)
+        s = state.clone()
+        outs.append((tt.gdn_prefill(*args, s), s))
+    assert [o["PRECISION"] for o in spy.options] == [tt.DOT_PRECISION] * 2
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
 @pytest.mark.parametrize("env, kind", [("bf16", "product-bd"), ("fp16", "blocked"), ("ieee", "substitution")],
@@ -163,8 +190,9 @@ FP16_PREP_HEAD_DIMS = [(32, 32), (32, 64), (64, 32), (64, 64), (32, 128), (128, 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dk, dv", FP16_PREP_HEAD_DIMS, ids=[f"Dk{k}-Dv{v}" for k, v in FP16_PREP_HEAD_DIMS])
 def test_gpu_fp16_prep_head_dims(dk, dv, gen, device, monkeypatch):
-    """The fp16 prep's head-dim map (session 31: the engine's tiny preset, Dk = Dv = 32, hit an illegal memory
-    access on the H200 with it; 27B and 96 / 80 heads pass). tools/device_checks.sh runs each id in its own process:
-    an illegal access poisons the CUDA context for every later test of a process."""
+    """The fp16 prep's head-dim map. Session 31 before FP16_PREP_MIN_BLOCK: wrong outputs on the H200 at Dk or
+    Dv 16 / 32 (and an illegal memory access in the engine's tiny preset, Dk = Dv = 32), right at 64 / 64 and
+    128 / 64; with the guard every id passes (the small ones run DOT_PRECISION). tools/device_checks.sh runs each id
+    in its own process: an illegal access poisons the CUDA context for every later test of a process."""
     _fp16_prep(monkeypatch)
     check_tf32_rounded((200, 1, 2, dk, dv), gen, device)

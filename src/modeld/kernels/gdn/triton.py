@@ -151,12 +151,15 @@ INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # PREP_PRECISIONS. "fp16" rounds their operands to fp16, as the fp16 passes do (tf32's 10-bit mantissa; the operands
 # are unit keys, the block inverse's factors and V, far inside fp16's range, and W is stored in fp16 anyway). Session
 # 30 offline sm_90 (27B heads, product-bd + KD_OUT, 4 warps): 255 registers + 56 B spill → 235 and none, shared
-# memory 66 → 33 KB, HGMMA 64 → 32, SASS 4672 → 4264 (findings/gdn-prep-fp16-block-products-offline.md);
-# untimed.
-# The other preps keep DOT_PRECISION (asked for by name with them: KernelValueError).
+# memory 66 → 33 KB, HGMMA 64 → 32, SASS 4672 → 4264 (findings/gdn-prep-fp16-block-products-offline.md).
+# H200 session 31: cold 32k 0.988x (logits differ: certify before a flip); WRONG results on the H200 wherever Dk or
+# Dv < 64 (16 / 32; right on the interpreter), so below FP16_PREP_MIN_BLOCK the products keep DOT_PRECISION
+# (pitfalls/gdn-fp16-prep-wrong-below-64-h200.md). The other preps keep DOT_PRECISION (asked for by name with them:
+# KernelValueError). V2_PREP_PRECISION None: DOT_PRECISION, read per call.
 PREP_PRECISION_ENV = "MODELD_GDN_PREP_PRECISION"
 PREP_PRECISIONS = ("tf32", "ieee", "fp16")
-V2_PREP_PRECISION = DOT_PRECISION
+V2_PREP_PRECISION: str | None = None
+FP16_PREP_MIN_BLOCK = 64
 # Warps of the product prep. Offline sm_90 (27B heads): 8 warps take 255 registers and spill 60 B, so one CTA fills
 # an SM's register file and nothing overlaps its serial chain of ten dependent products; 4 warps take 248 with no
 # spill, two CTAs per SM (66 KB shared each). H200 session 22: 4 warps 0.83x (v2 prefill at T 4096 1364 -> 1131 us,
@@ -210,13 +213,15 @@ KPRE_ROW_ALIGN = 8
 # (v1, Dk > 128, Dv > 128), the gate is applied by kernels/gated_rmsnorm after the plain output.
 # An engine's checkpoints inside a prefill piece (`gdn_prefill_checkpointed`): "in-pass" runs the piece as one
 # prefill whose state pass also stores the fp32 state at the checkpoints (`_chunk_state_kernel` SNAP) when they sit
-# on the chunk grid, equally spaced; "segments" runs one gdn_prefill per segment. The same bits (H200 session 31:
-# bench/gdn_snapshots.py). Session 31's what-if at 27B heads, T 8192 in four segments: one call 0.76x the segments;
-# the two-stream overlap of session 30 tried first was 2.3x slower (dead-ends/gdn-segment-overlap-two-streams.md).
-# $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
+# on the chunk grid, equally spaced; "segments" runs one gdn_prefill per segment. The same bits (H200 session 31).
+# Session 31 (findings/gdn-snapshots-in-the-state-pass-h200-s31.md): one 27B layer-piece (8192 tokens, four
+# segments) 0.73x the segments timed alone (eager), the cold 32k 1.001x (the engine's CPU runs ahead of the GPU
+# there: the launches it saves were hidden); the default for one launch of each GDN kernel per layer-piece instead
+# of four at the same bits and time. The two-stream overlap of session 30 tried first was 2.3x slower
+# (dead-ends/gdn-segment-overlap-two-streams.md). $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
 SNAPSHOTS_ENV = "MODELD_GDN_SNAPSHOTS"
 SNAPSHOT_MODES = ("in-pass", "segments")
-V2_SNAPSHOTS = "segments"
+V2_SNAPSHOTS = "in-pass"
 FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
 V2_FUSED_NORM = False
 FUSED_OUTPUT_WARPS = 8
@@ -278,12 +283,16 @@ def pass_precision() -> str:
     return env_choice(PASS_PRECISION_ENV, V2_PASS_PRECISION, PASS_PRECISIONS)
 
 
-def prep_precision(kind: str) -> str:
-    """The block-level products' precision of prep `kind`: for the product preps $MODELD_GDN_PREP_PRECISION if set,
-    else V2_PREP_PRECISION; DOT_PRECISION for the others. Raises KernelValueError (a bad value, or the switch set to
-    anything but DOT_PRECISION with a prep that has no block-level products)."""
+def prep_precision(kind: str, block_k: int = FP16_PREP_MIN_BLOCK, block_dv: int = FP16_PREP_MIN_BLOCK) -> str:
+    """The block-level products' precision of prep `kind` at head tiles block_k × block_dv: for the product preps
+    $MODELD_GDN_PREP_PRECISION if set, else V2_PREP_PRECISION (None: DOT_PRECISION), but DOT_PRECISION for "fp16"
+    where a tile is below FP16_PREP_MIN_BLOCK; DOT_PRECISION for the other preps. Raises KernelValueError (a bad
+    value, or the switch set to anything but DOT_PRECISION with a prep that has no block-level products)."""
     if kind.startswith("product"):
-        return env_choice(PREP_PRECISION_ENV, V2_PREP_PRECISION, PREP_PRECISIONS)
+        precision = env_choice(PREP_PRECISION_ENV, V2_PREP_PRECISION or DOT_PRECISION, PREP_PRECISIONS)
+        if precision == "fp16" and min(block_k, block_dv) < FP16_PREP_MIN_BLOCK:
+            return DOT_PRECISION
+        return precision
     text = os.environ.get(PREP_PRECISION_ENV)
     if text and text != DOT_PRECISION:
         raise KernelValueError(f"{PREP_PRECISION_ENV}={text!r} needs a product prep (prep {kind!r})")
@@ -485,7 +494,7 @@ def _launch_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block_dv, k
         k, v, a, b, A_log, dt_bias, w, u, gam, *kd_args,
         T, k.stride(0), v.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, DV=Dv, BLOCK_K=block_k, BLOCK_DV=block_dv, CHUNK=CHUNK,
-        PRECISION=prep_precision(kind),
+        PRECISION=prep_precision(kind, block_k, block_dv),
         num_warps=warps, num_stages=1, **extra,  # pipelined stages overflow shared memory (304 KB > 227 KB on sm_90)
     )
 
@@ -497,7 +506,7 @@ def _launch_split_prep(k, v, a, b, A_log, dt_bias, w, u, gam, kd, block_k, block
     Hv, Dv = v.shape[1], v.shape[2]
     x = torch.empty((Hv, T, CHUNK), dtype=torch.float32, device=v.device)
     chunks = triton.cdiv(T, CHUNK)
-    precision = prep_precision("product-bd-split")
+    precision = prep_precision("product-bd-split", block_k, block_dv)
     _chunk_inverse_kernel[(chunks, Hv)](
         k, a, b, A_log, dt_bias, x, gam, T, k.stride(0), a.stride(0), b.stride(0), Hv,
         HEAD_RATIO=Hv // Hk, DK=Dk, BLOCK_K=block_k, CHUNK=CHUNK, PRECISION=precision,
