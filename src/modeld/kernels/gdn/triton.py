@@ -152,7 +152,8 @@ INV_PRECISIONS = ("tf32x3", "fp16x3", "tf32", "ieee")
 # are unit keys, the block inverse's factors and V, far inside fp16's range, and W is stored in fp16 anyway). Session
 # 30 offline sm_90 (27B heads, product-bd + KD_OUT, 4 warps): 255 registers + 56 B spill → 235 and none, shared
 # memory 66 → 33 KB, HGMMA 64 → 32, SASS 4672 → 4264 (findings/gdn-prep-fp16-block-products-offline.md).
-# H200 session 31: cold 32k 0.988x (logits differ: certify before a flip); WRONG results on the H200 wherever Dk or
+# H200 session 31: cold 32k 0.986-0.988x, but the fp8 certification FAILS with it (rung 6: 9 other flips, limit 6;
+# dead-ends/gdn-prep-fp16-block-products-certification.md): opt-in only. And WRONG results on the H200 wherever Dk or
 # Dv < 64 (16 / 32; right on the interpreter), so below FP16_PREP_MIN_BLOCK the products keep DOT_PRECISION
 # (pitfalls/gdn-fp16-prep-wrong-below-64-h200.md). The other preps keep DOT_PRECISION (asked for by name with them:
 # KernelValueError). V2_PREP_PRECISION None: DOT_PRECISION, read per call.
