@@ -115,3 +115,30 @@ def test_in_pass_snapshots_are_the_segments_bit_for_bit(ckpt_dir, monkeypatch):
     assert torch.equal(logits_a, logits_b)
     for got, want in zip(entries_a, entries_b):
         assert all(torch.equal(got[n], want[n]) for n in want)
+
+
+@pytest.mark.parametrize("offsets", [(1,), (2,), (3,), (1, 2, 40), (5, 64)], ids=["r1", "r2", "r3", "mixed", "wide"])
+def test_conv_snapshot_is_the_state_a_conv_ending_there_leaves(offsets):
+    """The forward's conv snapshot at offset r (a window of [state; inputs], W - 1 = 3 rows) equals the state the
+    conv kernel leaves after a call over the first r inputs — also for r < W - 1, where the window still reaches
+    into the state (a piece that starts one or two tokens before a checkpoint, after a prefix hit)."""
+    from modeld.execution.step import StepContext
+    from modeld.kernels.conv1d import reference as conv
+    from modeld.models.qwen3_5.forward import Qwen35Forward
+
+    C, W, N = 24, 4, 70
+    gen = torch.Generator().manual_seed(len(offsets) * 100 + offsets[0])
+    state = torch.randn(W - 1, C, generator=gen).bfloat16()
+    mixed = torch.randn(N, C + 8, generator=gen).bfloat16()[:, :C]   # a column slice, as the model passes it
+    got = {}
+    ctx = StepContext(decode=False, positions=torch.arange(N), slot=1, snapshots=offsets,
+                      snapshot=lambda r, name, value: got.setdefault((r, name), value.clone()))
+    fwd = Qwen35Forward.__new__(Qwen35Forward)   # only its state map is read
+    fwd.s = {"gdn.7.conv": torch.stack([torch.zeros_like(state), state])}
+    fwd._conv_with_snapshots(7, mixed, ctx)
+    assert sorted(got) == [(r, "gdn.7.conv") for r in offsets]
+    weight = torch.randn(C, W, generator=gen).bfloat16()
+    for r in offsets:
+        s = state.clone()
+        conv.causal_conv1d_prefill(mixed[:r].contiguous(), weight, s)
+        assert torch.equal(got[(r, "gdn.7.conv")], s), r
