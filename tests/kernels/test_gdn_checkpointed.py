@@ -6,15 +6,19 @@ loop's output, final state and snapshots bit for bit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from modeld.kernels._testing import assert_close, tolerance
+from modeld.kernels._testing import assert_close, offline_compile_rows, tolerance
 from modeld.kernels.errors import KernelDtypeError, KernelShapeError, KernelValueError
 from modeld.kernels.gdn import reference as ref
 from modeld.kernels.gdn import triton as tt
 
 from gdn_problem import gdn_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _checkpointed(module, args, state, ends):
@@ -130,3 +134,29 @@ def test_gpu_in_pass_is_the_loop_bit_for_bit(prep_precision, gen, device, monkey
     monkeypatch.setenv(tt.SNAPSHOTS_ENV, "segments")
     _assert_same(got, _checkpointed(tt, args, state.clone(), ends))
     _assert_same(got, _loop(tt, args, state.clone(), ends))
+
+
+def test_in_pass_state_pass_adds_nothing_to_its_chain_offline():
+    """Offline sm_90 at 27B heads (the default fp16 passes, KPRE, the default tile): SNAP stores between loops, so the
+    serial chain's shared memory (its pipeline stages) is the plain pass's and nothing spills. Session 31: a store
+    inside the loop took +12 KB of shared memory (a layout conversion every chunk) and the H200's state pass ~8 ms
+    more of the cold 32k."""
+    code = r'''
+import torch
+from bench.feasibility import _compile_offline
+from modeld.kernels.gdn._chunk_kernels_v2 import _chunk_state_kernel as K
+from modeld.kernels.gdn import triton as tt
+T, Hv, dk = 8192, 48, 128
+k = torch.zeros(T, 16, dk, dtype=torch.bfloat16)
+w = torch.zeros(Hv, T, dk, dtype=torch.float16)
+args = [k, w, torch.zeros(Hv, T, 128), torch.zeros(Hv, T), torch.zeros(Hv, dk, 128),
+        torch.zeros(Hv, 128, dk, 128, dtype=torch.float16), w, torch.zeros(3, Hv, dk, 128), T, k.stride(0), 32, 32, 3]
+for snap in (False, True):
+    kw = dict(HEAD_RATIO=3, DK=dk, DV=128, BLOCK_K=dk, BLOCK_V=tt.V2_STATE_TILE[0], CHUNK=64, PRECISION="fp16",
+              KPRE=True, SNAP=snap, num_warps=tt.V2_STATE_TILE[1], num_stages=tt.V2_STATE_STAGES)
+    kern, regs, spill = _compile_offline(K, args, kw)
+    print(f"SNAPROW snap={int(snap)} regs={regs} spill={spill or 0} smem={kern.metadata.shared}")
+'''
+    rows = {r["snap"]: r for r in offline_compile_rows(code, "SNAPROW", ROOT)}
+    plain, snap = rows["0"], rows["1"]
+    assert snap["smem"] == plain["smem"] and int(snap["spill"]) == 0, rows

@@ -59,6 +59,32 @@ def _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk, kmas
 
 
 @triton.jit
+def _state_chunk(S, c0, k_ptr, w_ptr, u_ptr, gam_ptr, kd_ptr, h_base, hv, hk, T, stride_kt, dk, dv, kmask, vmask,
+                 svmask, h_ty: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, CHUNK: tl.constexpr,
+                 PRECISION: tl.constexpr, KPRE: tl.constexpr):
+    """One chunk of `_chunk_state_kernel`'s serial chain: stores the entering state S to h, U → Vn in place, and
+    returns the state after the chunk."""
+    tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ty), mask=svmask)
+    if KPRE:
+        ts = c0 + tl.arange(0, CHUNK)
+        tmask = ts < T
+        rows = hv.to(tl.int64) * T + ts
+        gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + tl.minimum(c0 + CHUNK, T) - 1)
+        Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+        Kd = tl.load(kd_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+    else:
+        rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
+                                                            kmask, DK, CHUNK)
+        Kd = K * tl.exp(gam_c - gam)[:, None]
+    u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
+    umask = tmask[:, None] & vmask[None, :]
+    Uc = tl.load(u_ptrs, mask=umask, other=0.0)
+    Vn = Uc - _mm(Wc, S, PRECISION)  # [C, BV]
+    tl.store(u_ptrs, Vn, mask=umask)  # same program read these elements just above: no race
+    return tl.exp(gam_c) * S + _mm(tl.trans(Kd), Vn, PRECISION)
+
+
+@triton.jit
 def _chunk_state_kernel(
     k_ptr, w_ptr, u_ptr, gam_ptr, state_ptr, h_ptr, kd_ptr, snap_ptr,
     T, stride_kt, snap_first, snap_every, n_snap,
@@ -74,7 +100,9 @@ def _chunk_state_kernel(
 
     SNAP: the fp32 state entering chunks snap_first + j·snap_every (j < n_snap) also goes to snap [n_snap, Hv, DK,
     DV] (an engine's checkpoints inside a prefill piece, `gdn_prefill_checkpointed`): the register state itself, so
-    a snapshot is what a call ending there would have left in `state`, bit for bit."""
+    a snapshot is what a call ending there would have left in `state`, bit for bit. The chain then runs as n_snap + 1
+    loops, each snapshot stored between two: a store inside the one loop (predicated or branched) costs the chain a
+    shared-memory layout conversion per chunk or its registers (offline sm_90, session 31: 122 → 176-194)."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // HEAD_RATIO
@@ -88,31 +116,21 @@ def _chunk_state_kernel(
     s_ptrs = state_ptr + hv.to(tl.int64) * DK * DV + s_off
     S = tl.load(s_ptrs, mask=svmask, other=0.0)  # [BK, BV] fp32
     h_base = h_ptr + hv.to(tl.int64) * n_chunks * DK * DV + s_off
-    for c0 in range(0, T, CHUNK):
-        tl.store(h_base + (c0 // CHUNK) * DK * DV, S.to(h_ptr.dtype.element_ty), mask=svmask)
-        if SNAP:   # a predicated store (no branch in the serial loop): no memory traffic where it is off
-            since = tl.maximum(c0 // CHUNK - snap_first, 0)
-            j = since // snap_every
-            hit = (c0 // CHUNK >= snap_first) & (since % snap_every == 0) & (j < n_snap)
-            snap_at = snap_ptr + (j.to(tl.int64) * tl.num_programs(1) + hv) * DK * DV + s_off
-            tl.store(snap_at, S, mask=svmask & hit)
-        if KPRE:
-            ts = c0 + tl.arange(0, CHUNK)
-            tmask = ts < T
-            rows = hv.to(tl.int64) * T + ts
-            gam_c = tl.load(gam_ptr + hv.to(tl.int64) * T + tl.minimum(c0 + CHUNK, T) - 1)
-            Wc = tl.load(w_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
-            Kd = tl.load(kd_ptr + rows[:, None] * DK + dk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
-        else:
-            rows, tmask, K, gam, gam_c, Wc = _state_step_inputs(k_ptr, w_ptr, gam_ptr, c0, hv, hk, T, stride_kt, dk,
-                                                                kmask, DK, CHUNK)
-            Kd = K * tl.exp(gam_c - gam)[:, None]
-        u_ptrs = u_ptr + rows[:, None] * DV + dv[None, :]
-        umask = tmask[:, None] & vmask[None, :]
-        Uc = tl.load(u_ptrs, mask=umask, other=0.0)
-        Vn = Uc - _mm(Wc, S, PRECISION)  # [C, BV]
-        tl.store(u_ptrs, Vn, mask=umask)  # same program read these elements just above: no race
-        S = tl.exp(gam_c) * S + _mm(tl.trans(Kd), Vn, PRECISION)
+    h_ty = h_ptr.dtype.element_ty
+    if SNAP:
+        for seg in range(0, n_snap + 1):
+            c_lo = tl.where(seg == 0, 0, snap_first + (seg - 1) * snap_every)
+            c_hi = tl.where(seg == n_snap, n_chunks, snap_first + seg * snap_every)
+            for c in range(c_lo, c_hi):
+                S = _state_chunk(S, c * CHUNK, k_ptr, w_ptr, u_ptr, gam_ptr, kd_ptr, h_base, hv, hk, T, stride_kt,
+                                 dk, dv, kmask, vmask, svmask, h_ty, DK, DV, CHUNK, PRECISION, KPRE)
+            if seg < n_snap:
+                snap_at = snap_ptr + (seg * tl.num_programs(1) + hv).to(tl.int64) * DK * DV + s_off
+                tl.store(snap_at, S, mask=svmask)
+    else:
+        for c0 in range(0, T, CHUNK):
+            S = _state_chunk(S, c0, k_ptr, w_ptr, u_ptr, gam_ptr, kd_ptr, h_base, hv, hk, T, stride_kt, dk, dv,
+                             kmask, vmask, svmask, h_ty, DK, DV, CHUNK, PRECISION, KPRE)
     tl.store(s_ptrs, S, mask=svmask)
 
 
