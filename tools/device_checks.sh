@@ -175,13 +175,11 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
     # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the
     # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
-    # Session 31's candidates by default (~3 min after the load): the checkpoints in the GDN state pass (same bits),
-    # with the prefill piece at 16k / 32k (no segments left to lose), the prep's fp16 block products (± its register
-    # cap; NOTE: they change bits: certify before a flip) and a state tile
-    s31="MODELD_GDN_SNAPSHOTS=in-pass,MODELD_GDN_SNAPSHOTS=in-pass+chunk=16384,MODELD_GDN_SNAPSHOTS=in-pass+chunk=32768"
-    s31+=",MODELD_GDN_PREP_PRECISION=fp16,MODELD_GDN_PREP_PRECISION=fp16+MODELD_GDN_PREP_MAXNREG=168"
-    s31+=",MODELD_GDN_STATE_TILE=16:4:2"
-    ab=${TTFT_AB:-$s31}
+    # Session 32's candidates by default (~2 min after the load): the checkpoints stored by the GDN state pass between
+    # its loops (same bits as the segments, the default; session 31 measured the in-loop store level: 1.001x), alone
+    # and with the prefill piece at 16k, and the 16k piece alone (s31: 0.993x / 0.997x, same bits)
+    cands="MODELD_GDN_SNAPSHOTS=in-pass,MODELD_GDN_SNAPSHOTS=in-pass+chunk=16384,chunk=16384"
+    ab=${TTFT_AB:-$cands}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \

@@ -217,12 +217,14 @@ KPRE_ROW_ALIGN = 8
 # on the chunk grid, equally spaced; "segments" runs one gdn_prefill per segment. The same bits (H200 session 31).
 # Session 31 (findings/gdn-snapshots-in-the-state-pass-h200-s31.md): one 27B layer-piece (8192 tokens, four
 # segments) 0.73x the segments timed alone (eager), the cold 32k 1.001x (the engine's CPU runs ahead of the GPU
-# there: the launches it saves were hidden); the default for one launch of each GDN kernel per layer-piece instead
-# of four at the same bits and time. The two-stream overlap of session 30 tried first was 2.3x slower
-# (dead-ends/gdn-segment-overlap-two-streams.md). $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
+# there: the launches it saves were hidden). That version stored inside the chunk loop (a layout conversion per
+# chunk, offline); its replacement (snapshots between n_snap + 1 loops) is CPU- and offline-tested only, so the
+# default stays "segments" until an H200 run tests and times it (then: one launch of each GDN kernel per piece).
+# The two-stream overlap of session 30 tried first was 2.3x slower (dead-ends/gdn-segment-overlap-two-streams.md).
+# $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
 SNAPSHOTS_ENV = "MODELD_GDN_SNAPSHOTS"
 SNAPSHOT_MODES = ("in-pass", "segments")
-V2_SNAPSHOTS = "in-pass"
+V2_SNAPSHOTS = "segments"
 FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
 V2_FUSED_NORM = False
 FUSED_OUTPUT_WARPS = 8
