@@ -16,7 +16,7 @@ the logits are the last real row's.
 Prefill snapshots (StepContext `snapshots`): each GDN layer hands the engine its conv and recurrent state after
 each of those row offsets (the conv's as a window of its inputs, the recurrence's from `gdn_prefill_checkpointed`),
 so a long prefill piece can still be checkpointed every `checkpoint_every` positions; every op sees the whole
-piece (the fused output norm's opt-in path runs the GDN in segments).
+piece (the fused output norm's opt-in path runs the recurrence in segments).
 
 Mutates only the state buffers passed in the context (KV at the written positions, conv and
 recurrent state of the slots it runs).
@@ -135,29 +135,27 @@ class Qwen35Forward:
             y = self._conv_prefill_padded(i, mixed, conv_state[ctx.slot], ctx)
             o = self._gdn_core(i, y, a, b, rec[ctx.slot], decode=False)
         else:
-            # the GDN writes its rows into one output buffer (no concatenation copy: 9 ms of the cold 32k in session
-            # 28's kernel table). When the kernels fuse the output norm into the GDN's output pass (opt-in,
-            # kernels/gdn/triton.py FUSED_NORM_ENV) each snapshot segment runs its own conv and prefill with its gate
-            # rows (the buffer holds the normed output); the conv and recurrent state after each segment is what the
-            # engine checkpoints there (both kernels carry the state across calls exactly)
-            fused = ks.gdn.fuses_gated_norm()
+            # the conv over the whole piece (its state after each snapshot offset is a window of its inputs); the
+            # GDN writes its rows into one output buffer (no concatenation copy: 9 ms of the cold 32k in session 28's
+            # kernel table)
+            self._conv_with_snapshots(i, mixed, ctx)
+            y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
             o = torch.empty((N, Hv, c.lin_v_dim), dtype=mixed.dtype, device=mixed.device)
-            if fused:
+            if ks.gdn.fuses_gated_norm():
+                # the output norm fused into the GDN's output pass (opt-in, kernels/gdn/triton.py FUSED_NORM_ENV):
+                # one prefill per snapshot segment with its gate rows (the buffer holds the normed output); the
+                # recurrent state after each is what the engine checkpoints there (the kernel carries it exactly)
                 r0 = 0
                 for r1 in (*ctx.snapshots, N):
-                    y = ks.conv1d.causal_conv1d_prefill(mixed[r0:r1], w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
                     gate = (z[r0:r1], w[f"L{i}.gdn.norm"], c.eps)
-                    self._gdn_core(i, y, a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1], gate=gate)
+                    self._gdn_core(i, y[r0:r1], a[r0:r1], b[r0:r1], rec[ctx.slot], decode=False, out=o[r0:r1],
+                                   gate=gate)
                     if r1 < N:
-                        ctx.snapshot(r1, f"gdn.{i}.conv", conv_state[ctx.slot])
                         ctx.snapshot(r1, f"gdn.{i}.rec", rec[ctx.slot])
                     r0 = r1
                 return self.lin[f"L{i}.gdn.out"](o.view(N, vd))  # [N, D]
-            # the conv over the whole piece (its state after each snapshot offset is a window of its inputs), then
             # the recurrence as one call that also keeps the state at the offsets (kernels/gdn: in its state pass
             # where it can, kernels/gdn/triton.py SNAPSHOTS_ENV)
-            self._conv_with_snapshots(i, mixed, ctx)
-            y = ks.conv1d.causal_conv1d_prefill(mixed, w[f"L{i}.gdn.conv"], conv_state[ctx.slot])
             q, k, v = self._qkv(y)
             ends = ctx.snapshots
             snaps = torch.empty((len(ends), *rec.shape[1:]), dtype=rec.dtype, device=rec.device) if ends else None
