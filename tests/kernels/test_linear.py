@@ -230,6 +230,22 @@ def test_persistent_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device
                        config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, persistent=True, **bad))
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+@pytest.mark.parametrize("m,n,k", [(63, 100, 96), (130, 40, 128), (16, 33, 32)], ids=["M63", "M130", "M16-one-k-step"])
+def test_persistent_paired_swiglu_matches_reference(m, n, k, fmt, gen, device, poisoned_outputs, monkeypatch):
+    """TileConfig.paired: one accumulator runs each output tile's K loop over its gate rows, parks the sum, then over
+    its up rows (the epilogue on the up pass's last step). 3 pretend SMs: several tiles per program, so the park is
+    reused; edge tiles whose gate rows run into the up rows (N 100 / 33 is not a multiple of 32) are masked."""
+    monkeypatch.setattr(tt, "_sm_count", lambda device: 3)
+    cfg = configs.TileConfig(32, 32, 32, 4, 1, group_m=2, tma=True, persistent=True, paired=True)
+    _check_forced(m, n, k, fmt, True, cfg, gen, device)
+    x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
+    for bad, swiglu in ((dict(persistent=True), False), (dict(persistent=False), True)):
+        with pytest.raises(KernelValueError, match="paired"):
+            tt._launch(x, w, None, None, tt.FMT_BF16, swiglu, torch.bfloat16,
+                       config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, paired=True, **bad))
+
+
 def test_gluon_ws_tiles_are_refused_where_they_cannot_run(device):
     """TileConfig.gluon_ws: never combined with the other TMA kernels' flags; not in the interpreter (Gluon kernels
     do not run there: CPU coverage is the offline compile below); int4 weights refused on the GPU."""
@@ -393,7 +409,8 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
         assert after[("bf16", 8192, swiglu)] == want
         assert (want == before[("bf16", 8192, swiglu)]) == (tiles[swiglu] is None)
     flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws",
-            "gluon-ws-persistent": "gluon_ws", "tma-plain": "tma", "gluon-pingpong": "pingpong"}.get(variant, "persistent")
+            "gluon-ws-persistent": "gluon_ws", "tma-plain": "tma", "gluon-pingpong": "pingpong",
+            "persistent-swiglu-paired": "paired"}.get(variant, "persistent")
     assert all(c.tma and getattr(c, flag) for c in tiles.values() if c is not None)
     assert tiles[False] is not None or variant.startswith("persistent-swiglu-")   # those A/B the SwiGLU GEMM alone
     assert tiles[True] is not None or variant == "tma-plain"
@@ -630,6 +647,24 @@ def test_gpu_persistent_swiglu_tiles(variant, fmt, gen, device, poisoned_outputs
     assert swiglu
     for m in (777, 8192):
         _check_forced(m, n, k, fmt, swiglu, configs.GEMM_VARIANT_TILES[variant][True], gen, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+def test_gpu_persistent_swiglu_paired(fmt, gen, device, poisoned_outputs):
+    """The paired SwiGLU tile (session 32: the gate's sum parked by inline-PTX stores in the wgmma layout) at the 27B
+    gate + up shape, a partial last M block and many tiles per program; bf16 also bit for bit against the tuned tile
+    (both sum every output over the same 64-wide K steps in fp32)."""
+    n, k, swiglu = GPU_SHAPES[0]
+    cfg = configs.GEMM_VARIANT_TILES["persistent-swiglu-paired"][True]
+    for m in (777, 8192):
+        _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
+    x = (torch.randn(8192, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
+    (w,) = _weights("bf16", 2 * n, k, gen, device)
+    paired = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16, config=cfg)
+    tuned = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16,
+                       config=configs.pick(90, "bf16", True, 8192, n, k, interpreting=False))
+    assert torch.equal(paired, tuned), f"max |diff| {float((paired.float() - tuned.float()).abs().max())}"
 
 
 @pytest.mark.gpu

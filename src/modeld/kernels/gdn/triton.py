@@ -215,16 +215,15 @@ KPRE_ROW_ALIGN = 8
 # An engine's checkpoints inside a prefill piece (`gdn_prefill_checkpointed`): "in-pass" runs the piece as one
 # prefill whose state pass also stores the fp32 state at the checkpoints (`_chunk_state_kernel` SNAP) when they sit
 # on the chunk grid, equally spaced; "segments" runs one gdn_prefill per segment. The same bits (H200 session 31).
-# Session 31 (findings/gdn-snapshots-in-the-state-pass-h200-s31.md): one 27B layer-piece (8192 tokens, four
-# segments) 0.73x the segments timed alone (eager), the cold 32k 1.001x (the engine's CPU runs ahead of the GPU
-# there: the launches it saves were hidden). That version stored inside the chunk loop (a layout conversion per
-# chunk, offline); its replacement (snapshots between n_snap + 1 loops) is CPU- and offline-tested only, so the
-# default stays "segments" until an H200 run tests and times it (then: one launch of each GDN kernel per piece).
+# Session 31 (findings/gdn-snapshots-in-the-state-pass-h200-s31.md) stored inside the chunk loop (a layout
+# conversion per chunk, offline); since then the snapshots are stored between n_snap + 1 loops. H200 session 32: the
+# same bits; one 27B layer-piece 0.929x the segments (eager) / 0.921x (gpu-bound, level with no snapshots at all);
+# cold 32k 0.998x, with 16k prefill pieces 0.989x -> "in-pass" (findings/gdn-snapshots-between-loops-h200-s32.md).
 # The two-stream overlap of session 30 tried first was 2.3x slower (dead-ends/gdn-segment-overlap-two-streams.md).
 # $MODELD_GDN_SNAPSHOTS (read per call) overrides V2_SNAPSHOTS.
 SNAPSHOTS_ENV = "MODELD_GDN_SNAPSHOTS"
 SNAPSHOT_MODES = ("in-pass", "segments")
-V2_SNAPSHOTS = "segments"
+V2_SNAPSHOTS = "in-pass"
 FUSED_NORM_ENV = "MODELD_GDN_FUSED_NORM"
 V2_FUSED_NORM = False
 FUSED_OUTPUT_WARPS = 8

@@ -53,6 +53,10 @@ class TileConfig:
     # with gluon_ws and persistent: two consumer warpgroups (num_warps 4 each) on alternate tiles, one's epilogue
     # beside the other's wgmma ("ping-pong"); block_m x block_n is one warpgroup's tile (64 or 128 rows)
     pingpong: bool = False
+    # SwiGLU with persistent (Triton, not gluon_ws): one accumulator, each output tile's K loop run over its gate rows
+    # and then its up rows, the gate's fp32 sum parked in global memory between them
+    # (gemm_persistent._gemm_tma_persistent_paired_kernel); opt-in candidate
+    paired: bool = False
     source: str = "default heuristic"
 
 
@@ -274,6 +278,11 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
     "persistent-swiglu-64x128": {
         False: None, True: TileConfig(64, 128, 64, 4, 4, tma=True, persistent=True,
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-64x128")},
+    # the SwiGLU GEMM as the plain persistent tile runs (128 x 256, one accumulator) over gate then up rows per output
+    # tile (session 32; TileConfig.paired)
+    "persistent-swiglu-paired": {
+        False: None, True: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, paired=True,
+                                      source="$MODELD_GEMM_VARIANT=persistent-swiglu-paired")},
 }
 
 
