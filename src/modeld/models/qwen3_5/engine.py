@@ -43,11 +43,12 @@ class EngineOptions:
     # independent: a piece longer than the interval checkpoints inside itself (the forward's snapshots), so a
     # trim still re-evaluates at most checkpoint_every - 1 tokens. 8192: 27B / H200 cold 32k prefill (session 21,
     # both at 8192 against both at 2048, logits bit-identical) bf16 0.981x, fp8 0.926x, int4 0.935x; fp8 / int4
-    # dequantise each weight once per piece (findings/prefill-chunk-bound-by-checkpoint-interval.md). 16384 since
-    # session 32 (with the GDN checkpoints stored by the state pass): cold 32k bf16 0.989x the 8192 pieces, logits
-    # equal bit for bit (findings/gdn-snapshots-between-loops-h200-s32.md). 2048: the trim bound of
+    # dequantise each weight once per piece (findings/prefill-chunk-bound-by-checkpoint-interval.md). 32768 since
+    # session 32 (with the GDN checkpoints stored by the state pass): cold 32k bf16 0.989x the 8192 pieces with 16k
+    # pieces, one 32k piece 0.993x the 16k ones (2.996 / 3.004 s), logits equal bit for bit
+    # (findings/gdn-snapshots-between-loops-h200-s32.md). 2048: the trim bound of
     # findings/qwen3_5-27b-certification-same-run-h200.md.
-    prefill_chunk: int = 16384
+    prefill_chunk: int = 32768
     checkpoint_every: int = 2048
     checkpoints: int = 4          # checkpoint entries per slot (0 disables prefix trimming reuse)
     use_graph: bool | None = None  # None: capture on CUDA, eager elsewhere; True: capture or raise
