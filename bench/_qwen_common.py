@@ -126,6 +126,22 @@ def hf_tf_logits(model, cases: list[tuple[list[int], list[int]]], device):
     return out
 
 
+def logits_digest(tensors) -> str | None:
+    """sha256 (first 16 hex digits) of a list of logits tensors as fp32 bytes, in order; None for no tensors. Two
+    records with the same digest saw the same numbers, so a moved gate can be traced to the engine or to the control
+    (KNOWLEDGE/findings/fp8-rung6-flips-rose-between-s28-and-s31.md)."""
+    import hashlib
+
+    import torch
+
+    if not tensors:
+        return None
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def ttft_ids(n: int, vocab: int, offset: int = 0) -> list[int]:
     """The prompt bench/engine_qwen3_5.ttft uses for length n (so HF and engine see the same); `offset` shifts every
     id (another turn of the same length)."""

@@ -198,6 +198,8 @@ def hf_control(R, st):
         res["long_set"] = {"cases": len(st.long), "prompt_tokens": len(st.long[0][0]),
                            "positions": sum(len(t) for _, t in st.long),
                            "teacher_forced_forward_s": time.perf_counter() - t0}
+    res["digests"] = {"fixture": C.logits_digest(st.ref), "flip_set": C.logits_digest(st.ref_flip if st.flip else None),
+                      "long_set": C.logits_digest(st.ref_long if st.long else None)}
     # HF's own no-cache forward vs its cached greedy run: the control's chunked-vs-recurrent noise
     res["tf_forward_vs_cached_greedy"] = merge([compare_fixture(lg, r["steps"], r["tokens"], a.tie)
                                                 for lg, r in zip(st.ref, runs)]) if not fx or all(same) else None
@@ -251,6 +253,8 @@ def _engine_stage(R, st, profile: str):
         t0 = time.perf_counter()
         long = [x.to("cpu") for x in C.engine_tf_logits(eng, st.long)]
         res["long_set_teacher_forced_s"] = time.perf_counter() - t0
+    res["digests"] = {"fixture": C.logits_digest(logits), "flip_set": C.logits_digest(flip),
+                      "long_set": C.logits_digest(long)}
     if st.forced_steps:
         res["vs_fixture"] = merge([compare_fixture(e, s, t, a.tie)
                                    for e, s, (_, t) in zip(logits, st.forced_steps, st.forced)])

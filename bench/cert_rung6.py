@@ -107,8 +107,12 @@ def rung6_stage(R, st, profile: str):
     res["vs_dequantized_hf"] = cmp
     other = {"positions": cmp["positions"], "other": cmp["other_disagreements"]}
     flip = st.quant_flip.pop(profile, None)
+    res["dequantized_hf_digests"] = {"fixture": C.logits_digest(deq)}
     if flip is not None:
-        res["flip_vs_dequantized_hf"] = C.other_flips(flip, C.hf_tf_logits(st.model, st.flip, st.dev), a.top_k, a.tie)
+        deq_flip = C.hf_tf_logits(st.model, st.flip, st.dev)
+        res["dequantized_hf_digests"]["flip_set"] = C.logits_digest(deq_flip)
+        res["flip_vs_dequantized_hf"] = C.other_flips(flip, deq_flip, a.top_k, a.tie)
+        del deq_flip
         other = {"positions": other["positions"] + res["flip_vs_dequantized_hf"]["positions"],
                  "other": other["other"] + res["flip_vs_dequantized_hf"]["other_disagreements"]}
     long = st.quant_long.pop(profile, None)

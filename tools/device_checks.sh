@@ -4,8 +4,9 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s31: every GDN GPU test, the
-#                                    # fp16 prep's head-dim map; random shapes at 6 seeds)
+#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s32: every GDN GPU test with the
+#                                    # correlated-keys tail, the paired SwiGLU tile; the fp16 prep's head-dim map;
+#                                    # random shapes at 6 seeds)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -62,15 +63,17 @@ case "$step" in
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s31: gdn_prefill_checkpointed, its snapshots in the state pass
-    # (the state kernel's new arguments: every GDN GPU test); the engine's GDN candidates incl. in-pass / segments /
-    # prep-fp16) over xdist workers; then the fp16 prep's head-dim map, one process per id (s30: an illegal memory
+    # the new / changed GPU tests of the last session (s32: every GDN GPU test, check_correlated's counted tail; the
+    # engine's GDN candidates; the paired SwiGLU tile and the GEMM variants) over xdist workers; then the fp16 prep's
+    # head-dim map, one process per id (s30: an illegal memory
     # access at the tiny preset's Dk = Dv = 32 poisons the CUDA context of its process), and
     # test_gpu_random_shapes at 6 fresh seeds at once (one process each)
     xdist=()
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 12)
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
       tests/kernels/test_gdn*.py tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
+      tests/kernels/test_linear.py::test_gpu_persistent_swiglu_paired \
+      tests/kernels/test_linear.py::test_gpu_persistent_tma_gemm \
       -k "not head_dims and not random_shapes" \
       --junitxml="$OUT/$step/pytest-new.xml" 2>&1 | grep --line-buffered -v -i warning
     for dims in Dk32-Dv32 Dk32-Dv64 Dk64-Dv32 Dk64-Dv64 Dk32-Dv128 Dk128-Dv32 Dk16-Dv16 Dk128-Dv64; do
@@ -175,10 +178,10 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # profile, 3 variants: 126 s) A/B'd the persistent plain GEMM tile, + the GDN fp16 passes, attention 64:64:4:1
     # (1.058x slower: dead end). Session 25 made the persistent plain GEMM tile and the GDN fp16 passes the
     # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
-    # Session 32's candidates by default (~2 min after the load): the checkpoints stored by the GDN state pass between
-    # its loops (same bits as the segments, the default; session 31 measured the in-loop store level: 1.001x), alone
-    # and with the prefill piece at 16k, and the 16k piece alone (s31: 0.993x / 0.997x, same bits)
-    cands="MODELD_GDN_SNAPSHOTS=in-pass,MODELD_GDN_SNAPSHOTS=in-pass+chunk=16384,chunk=16384"
+    # Session 32 made the in-pass snapshots (0.998x) and one 32k piece (16k 0.989x against 8k, 32k 0.993x against
+    # 16k; same bits) the defaults: cold 32k 2.996 / 3.004 s. Default candidates: the pieces around it (the ≤ 3 s
+    # target sits in the noise), as a control
+    cands="chunk=16384,chunk=32768"
     ab=${TTFT_AB:-$cands}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \
@@ -206,7 +209,10 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
       --profiles "${QHEAD_PROFILES:-bf16,int4+fp8head}" 2>&1 | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES"
     ;;
   cert)
-    timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 450 2>&1 \
+    # $CERT_PROFILES: e.g. bf16,fp8 (~5 min) to bisect the fp8 rung-6 count
+    # (KNOWLEDGE/findings/fp8-rung6-flips-rose-between-s28-and-s31.md)
+    timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" --no-profiler --budget-s 450 \
+      --profiles "${CERT_PROFILES:-bf16,fp8,int4}" 2>&1 \
       | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES"
     ;;
   w8a8)

@@ -178,6 +178,13 @@ def test_cert_dry_run_tiny(tmp_path, tiny_hf, monkeypatch):
     assert doc["stages"]["engine_bf16"]["vs_fixture"]["positions"] == 12
     _check_certs(out, doc, have_ids)
     assert doc["env"]["MODELD_GEMV_SPLIT_FINISH"] == "auto"
+    # logits digests: what each run saw, so a moved gate can be traced to the engine or the control
+    st = doc["stages"]
+    for stage in ("hf_control", "engine_bf16", "engine_fp8"):
+        digests = st[stage]["digests"]
+        assert all(len(digests[k]) == 16 for k in ("fixture", "flip_set", "long_set")), digests
+    assert st["engine_bf16"]["digests"] != st["engine_fp8"]["digests"]
+    assert st["rung6_fp8"]["dequantized_hf_digests"]["fixture"] != st["hf_control"]["digests"]["fixture"]
     rec = json.loads((out / "cert-engine-qwen3_5-tiny-synthetic-int4.json").read_text())
     assert rec["env"] == doc["env"] and "MODELD_GEMV_SPLIT_FINISH=auto " in rec["command"]
     if have_ids:

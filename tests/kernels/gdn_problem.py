@@ -80,7 +80,27 @@ def check_correlated(case, gen, device, tf32=None):
     want = ref.gdn_prefill(*args, s_ref)
     assert_close(tt.gdn_prefill(*args, s_tt), want)
     tf32 = (cuda_available() or tt.pass_precision() == "fp16") if tf32 is None else tf32
-    assert_close(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
+    assert_close_but_tail(s_tt, s_ref, tol=tolerance(torch.float32, tf32=tf32), what="state")
+
+
+# Correlated keys put a few state elements where the rounded products' error is largest: at fresh seeds the H200
+# showed one element in 69,120-786,432 at 1.1-1.3x the tf32 row, default passes included
+# (KNOWLEDGE/findings/gdn-correlated-keys-one-element-misses-s32.md); a wrong prep misses at many (v1's substitution
+# prep: 181 of 786,432, ~2x the row).
+TAIL_ELEMENTS = 2
+TAIL_SLACK = 1.5
+
+
+def assert_close_but_tail(actual, expected, *, tol, what):
+    """`assert_close`, except that up to TAIL_ELEMENTS elements may lie past the row by at most TAIL_SLACK x it."""
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    limit = tol.atol + tol.rtol * e.abs()
+    over = (a - e).abs() > limit
+    if int(over.sum()) <= TAIL_ELEMENTS and bool(torch.isfinite(a).all()):
+        wide = type(tol)(atol=tol.atol * TAIL_SLACK, rtol=tol.rtol * TAIL_SLACK)
+        assert_close(actual, expected, tol=wide, what=f"{what} (tail of {int(over.sum())} past the row)")
+        return
+    assert_close(actual, expected, tol=tol, what=what)
 
 
 def check_tf32_rounded(case, gen, device, slow_decay=True):

@@ -246,6 +246,31 @@ def test_persistent_paired_swiglu_matches_reference(m, n, k, fmt, gen, device, p
                        config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, paired=True, **bad))
 
 
+def test_paired_swiglu_park_needs_no_shared_memory_offline():
+    """Offline sm_90 (bf16, 27B gate + up at M 8192): the paired tile parks its fp32 gate sum by elementwise inline PTX
+    in the accumulator's own layout, so it needs the plain persistent tile's shared memory and does not spill
+    (a tl.store / tl.load park took 278 KB: ah-ha/inline-asm-elementwise-keeps-the-accumulator-layout.md)."""
+    code = r'''
+import torch
+from bench import feasibility as feas
+from modeld.kernels.linear import triton as lin
+from modeld.kernels.linear.configs import TileConfig
+feas._offline_patches([lin])
+x = torch.empty(8192, 5120, dtype=torch.bfloat16)
+for paired in (False, True):
+    cfg = TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, paired=paired)
+    w = torch.empty(2 * 17408 if paired else 17408, 5120, dtype=torch.bfloat16)
+    jit, _, args, kw = feas._record([lin], lambda: lin._launch(x, w, None, None, lin.FMT_BF16, paired, torch.bfloat16,
+                                                               config=cfg))[-1]
+    kern, regs, spill = feas._compile_offline(jit, args, kw)
+    convs = kern.asm["ttgir"].count("ttg.convert_layout")
+    print(f"PARKROW paired={int(paired)} regs={regs} spill={spill or 0} smem={kern.metadata.shared} convs={convs}")
+'''
+    rows = {r["paired"]: r for r in offline_compile_rows(code, "PARKROW", ROOT)}
+    plain, paired = rows["0"], rows["1"]
+    assert paired["smem"] == plain["smem"] and paired["spill"] == "0" and paired["convs"] == plain["convs"], rows
+
+
 def test_gluon_ws_tiles_are_refused_where_they_cannot_run(device):
     """TileConfig.gluon_ws: never combined with the other TMA kernels' flags; not in the interpreter (Gluon kernels
     do not run there: CPU coverage is the offline compile below); int4 weights refused on the GPU."""

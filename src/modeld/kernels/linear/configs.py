@@ -279,7 +279,8 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
         False: None, True: TileConfig(64, 128, 64, 4, 4, tma=True, persistent=True,
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-64x128")},
     # the SwiGLU GEMM as the plain persistent tile runs (128 x 256, one accumulator) over gate then up rows per output
-    # tile (session 32; TileConfig.paired)
+    # tile (TileConfig.paired). H200 session 32: bit for bit the tuned tile but 0.796x its speed, the cold 32k 1.096x
+    # slower (KNOWLEDGE/dead-ends/gemm-swiglu-paired-one-accumulator.md); kept as a bit-exact point for a profiler
     "persistent-swiglu-paired": {
         False: None, True: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, paired=True,
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-paired")},

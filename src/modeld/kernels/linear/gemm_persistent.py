@@ -118,5 +118,5 @@ def _park_load(ptrs, INTERPRETED: tl.constexpr):
     """The parked fp32 values back, in the accumulator's layout (`_park_store`)."""
     if INTERPRETED:
         return tl.load(ptrs)
-    return tl.inline_asm_elementwise("ld.global.f32 $0, [$1];", "=f,l", [ptrs.to(tl.int64)], dtype=tl.float32, is_pure=False,
-                                     pack=1)
+    return tl.inline_asm_elementwise("ld.global.f32 $0, [$1];", "=f,l", [ptrs.to(tl.int64)], dtype=tl.float32,
+                                     is_pure=False, pack=1)
