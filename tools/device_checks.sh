@@ -22,6 +22,8 @@
 #                                    # under a watchdog (session 24: the ws tile never finished on the H200); ~2-5 min
 #   tools/device_checks.sh ttft      # 27B long-context TTFT (defaults), cold-prefill variants ($TTFT_AB) in one process
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
+#   tools/device_checks.sh cert-at   # the same bench from $CERT_TREE (tools/tree_at.sh COMMIT: an older commit's code),
+#                                    # $CERT_PROFILES (default bf16,fp8: ≈ 5 min), to bisect a moved gate
 #   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
 #   tools/device_checks.sh cert-qhead  # the certification of the fp8+qhead / int4+qhead artifacts
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
@@ -37,7 +39,7 @@
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
 usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|gdn-snapshots|attn|gemm|gemm-variants|ttft|cert|qhead"
-usage+="|cert-qhead"
+usage+="|cert-at|cert-qhead"
 usage+="|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
@@ -187,6 +189,12 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
       --profiles "${TTFT_PROFILES:-bf16}" \
       --kernel-table "${TTFT_TABLE:-0}" --cold-ab "$ab" 2>&1 \
       | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|cold-ab"
+    ;;
+  cert-at)
+    tree=${CERT_TREE:?CERT_TREE must name a tree made by tools/tree_at.sh (carried under .scratch)}
+    (cd "$tree" && MODELD_COMMIT=$(cat COMMIT) timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" \
+      --no-profiler --budget-s 450 --profiles "${CERT_PROFILES:-bf16,fp8}" 2>&1 \
+      | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES")
     ;;
   qhead)
     # the quantized lm_head (converter --lm-head; findings/quantized-lm-head-recipe-option.md): its GPU tests, the
