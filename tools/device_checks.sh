@@ -75,6 +75,7 @@ case "$step" in
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
       tests/kernels/test_gdn*.py tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
       tests/kernels/test_linear.py::test_gpu_persistent_swiglu_paired \
+      tests/kernels/test_linear.py::test_gpu_persistent_swiglu_stacked \
       tests/kernels/test_linear.py::test_gpu_persistent_tma_gemm \
       -k "not head_dims and not random_shapes" \
       --junitxml="$OUT/$step/pytest-new.xml" 2>&1 | grep --line-buffered -v -i warning
@@ -182,8 +183,9 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
     # Session 32 made the in-pass snapshots (0.998x) and one 32k piece (16k 0.989x against 8k, 32k 0.993x against
     # 16k; same bits) the defaults: cold 32k 2.996 / 3.004 s. Default candidates: the pieces around it (the ≤ 3 s
-    # target sits in the noise), as a control
-    cands="chunk=16384,chunk=32768"
+    # target sits in the noise), as a control; the stacked SwiGLU tile (session 32, offline: the plain persistent
+    # tile's shape; run `gemm-variants` / its GPU test first)
+    cands="MODELD_GEMM_VARIANT=persistent-swiglu-stacked,chunk=16384"
     ab=${TTFT_AB:-$cands}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \

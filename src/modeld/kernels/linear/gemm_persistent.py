@@ -21,7 +21,7 @@ import triton.language as tl
 from modeld.kernels._tl import grouped_tile
 from modeld.kernels.linear.weight_tile import _dot_xwt, _store_gemm_tile
 
-__all__ = ["_gemm_tma_persistent_kernel", "_gemm_tma_persistent_paired_kernel"]
+__all__ = ["_gemm_tma_persistent_kernel", "_gemm_tma_persistent_paired_kernel", "_gemm_tma_persistent_stacked_kernel"]
 
 
 @triton.jit
@@ -120,3 +120,38 @@ def _park_load(ptrs, INTERPRETED: tl.constexpr):
         return tl.load(ptrs)
     return tl.inline_asm_elementwise("ld.global.f32 $0, [$1];", "=f,l", [ptrs.to(tl.int64)], dtype=tl.float32,
                                      is_pure=False, pack=1)
+
+
+@triton.jit
+def _gemm_tma_persistent_stacked_kernel(x_desc, w3_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
+                                        FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                                        DOT_F32: tl.constexpr):
+    # SwiGLU with the gate and up rows of one output tile stacked into ONE weight tile: the weight seen as [2, N, K]
+    # (gate, up) and loaded as a [2, BLOCK_N, BLOCK_K] TMA box, so each K step is one BLOCK_M x 2 BLOCK_N wgmma (the
+    # plain persistent tile's shape) that feeds both halves from one x tile; the epilogue splits the accumulator's
+    # column halves. One accumulator: the persistent kernel's registers (two cost it the register file,
+    # findings/gemm-persistent-swiglu-registers-offline.md).
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    steps = tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * k_tiles
+    tile = tl.program_id(0) - NUM_PROGRAMS
+    ki = -1
+    pid_m = 0
+    pid_n = 0
+    acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], dtype=tl.float32)
+    for _ in tl.range(0, steps, flatten=True):
+        ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
+        if ki == 0:
+            tile += NUM_PROGRAMS
+            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        k0 = ki * BLOCK_K
+        xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
+        wt = w3_desc.load([0, pid_n * BLOCK_N, k0])  # [2, BN, BK]: gate rows, then the same rows' up
+        acc = _dot_xwt(xt, tl.reshape(wt, [2 * BLOCK_N, BLOCK_K]), acc, DOT_F32)
+        if ki == k_tiles - 1:
+            g, u = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N]), (0, 2, 1)))
+            rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, FORMAT, True)
+            acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], dtype=tl.float32)

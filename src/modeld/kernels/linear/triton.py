@@ -70,6 +70,7 @@ from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 from modeld.kernels.linear.gemm_persistent import (  # launch
     _gemm_tma_persistent_kernel,
     _gemm_tma_persistent_paired_kernel,
+    _gemm_tma_persistent_stacked_kernel,
 )
 from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_swap_kernel  # launch
 from modeld.kernels.linear.weight_tile import _dot_xwt, _load_weight_tile, _store_gemm_tile
@@ -217,6 +218,8 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError("tile config persistent=True is for the tma GEMM without swap_ab or warp_specialize")
     if cfg.paired and not (swiglu and cfg.persistent and not cfg.gluon_ws):
         raise KernelValueError("tile config paired=True is for the persistent Triton tile of a SwiGLU GEMM")
+    if cfg.stacked and not (swiglu and cfg.persistent and not cfg.gluon_ws and not cfg.paired):
+        raise KernelValueError("tile config stacked=True is for the persistent Triton tile of a SwiGLU GEMM")
     if cfg.pingpong and not (cfg.gluon_ws and cfg.persistent):
         raise KernelValueError("tile config pingpong=True is the persistent Gluon kernel's (gluon_ws, persistent)")
     if cfg.gluon_ws and (cfg.swap_ab or cfg.warp_specialize):
@@ -233,6 +236,15 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    if cfg.persistent and cfg.stacked:
+        programs = min(grid[0], _sm_count(x.device))
+        # the [2F, K] weight as [2, F, K] (gate, up): one box holds a tile's gate rows and their up rows
+        w3_desc = TensorDescriptor.from_tensor(w.unflatten(0, (2, n)), [2, cfg.block_n, cfg.block_k])
+        _gemm_tma_persistent_stacked_kernel[(programs,)](
+            x_desc, w3_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
+            FORMAT=fmt, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            NUM_PROGRAMS=programs, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return y
     if cfg.persistent and cfg.paired:
         programs = min(grid[0], _sm_count(x.device))
         park = torch.empty(programs, cfg.block_m, cfg.block_n, dtype=torch.float32, device=x.device)
