@@ -5,7 +5,7 @@
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
 #   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s32: every GDN GPU test with the
-#                                    # correlated-keys tail, the paired SwiGLU tile; the fp16 prep's head-dim map;
+#                                    # correlated-keys tail, the stacked SwiGLU tile; the fp16 prep's head-dim map;
 #                                    # random shapes at 6 seeds)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
@@ -66,7 +66,7 @@ case "$step" in
     ;;
   tests-new)
     # the new / changed GPU tests of the last session (s32: every GDN GPU test, check_correlated's counted tail; the
-    # engine's GDN candidates; the paired SwiGLU tile and the GEMM variants) over xdist workers; then the fp16 prep's
+    # engine's GDN candidates; the stacked SwiGLU tile and the GEMM variants) over xdist workers; then the fp16 prep's
     # head-dim map, one process per id (s30: an illegal memory
     # access at the tiny preset's Dk = Dv = 32 poisons the CUDA context of its process), and
     # test_gpu_random_shapes at 6 fresh seeds at once (one process each)
@@ -74,7 +74,6 @@ case "$step" in
     python3 -c "import xdist" 2>/dev/null && xdist=(-n 12)
     timeout -s INT -k 20 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
       tests/kernels/test_gdn*.py tests/kernels/test_rounding.py tests/engine/test_engine_triton_binding.py \
-      tests/kernels/test_linear.py::test_gpu_persistent_swiglu_paired \
       tests/kernels/test_linear.py::test_gpu_persistent_swiglu_stacked \
       tests/kernels/test_linear.py::test_gpu_persistent_tma_gemm \
       -k "not head_dims and not random_shapes" \

@@ -232,22 +232,6 @@ def test_persistent_tma_gemm_matches_reference(m, n, k, fmt, swiglu, gen, device
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8"])
 @pytest.mark.parametrize("m,n,k", [(63, 100, 96), (130, 40, 128), (16, 33, 32)], ids=["M63", "M130", "M16-one-k-step"])
-def test_persistent_paired_swiglu_matches_reference(m, n, k, fmt, gen, device, poisoned_outputs, monkeypatch):
-    """TileConfig.paired: one accumulator runs each output tile's K loop over its gate rows, parks the sum, then over
-    its up rows (the epilogue on the up pass's last step). 3 pretend SMs: several tiles per program, so the park is
-    reused; edge tiles whose gate rows run into the up rows (N 100 / 33 is not a multiple of 32) are masked."""
-    monkeypatch.setattr(tt, "_sm_count", lambda device: 3)
-    cfg = configs.TileConfig(32, 32, 32, 4, 1, group_m=2, tma=True, persistent=True, paired=True)
-    _check_forced(m, n, k, fmt, True, cfg, gen, device)
-    x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
-    for bad, swiglu in ((dict(persistent=True), False), (dict(persistent=False), True)):
-        with pytest.raises(KernelValueError, match="paired"):
-            tt._launch(x, w, None, None, tt.FMT_BF16, swiglu, torch.bfloat16,
-                       config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, paired=True, **bad))
-
-
-@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
-@pytest.mark.parametrize("m,n,k", [(63, 100, 96), (130, 40, 128), (16, 33, 32)], ids=["M63", "M130", "M16-one-k-step"])
 def test_persistent_stacked_swiglu_matches_reference(m, n, k, fmt, gen, device, poisoned_outputs, monkeypatch):
     """TileConfig.stacked: the weight as [2, F, K], each tile's gate and up rows one [2, BN, BK] box, one dot, the
     accumulator's column halves split at the epilogue. 3 pretend SMs: several tiles per program; F 100 / 33 are not
@@ -257,7 +241,7 @@ def test_persistent_stacked_swiglu_matches_reference(m, n, k, fmt, gen, device, 
     _check_forced(m, n, k, fmt, True, cfg, gen, device)
     x, w = torch.randn(16, 64).bfloat16().to(device), torch.randn(64, 64).bfloat16().to(device)
     for bad, swiglu in ((dict(persistent=True), False), (dict(persistent=False), True),
-                        (dict(persistent=True, paired=True), True)):
+                        (dict(persistent=True, gluon_ws=True), True)):
         with pytest.raises(KernelValueError, match="stacked"):
             tt._launch(x, w, None, None, tt.FMT_BF16, swiglu, torch.bfloat16,
                        config=configs.TileConfig(16, 64, 32, 4, 1, tma=True, stacked=True, **bad))
@@ -291,31 +275,6 @@ for stacked in (False, True):
     plain, stacked = rows["0"], rows["1"]
     assert stacked["smem"] == plain["smem"] and stacked["spill"] == "0" and stacked["convs"] == plain["convs"], rows
     assert int(stacked["n256"]) > 0 and int(stacked["tma3d"]) > 0 and int(stacked["regs"]) <= int(plain["regs"]), rows
-
-
-def test_paired_swiglu_park_needs_no_shared_memory_offline():
-    """Offline sm_90 (bf16, 27B gate + up at M 8192): the paired tile parks its fp32 gate sum by elementwise inline PTX
-    in the accumulator's own layout, so it needs the plain persistent tile's shared memory and does not spill
-    (a tl.store / tl.load park took 278 KB: ah-ha/inline-asm-elementwise-keeps-the-accumulator-layout.md)."""
-    code = r'''
-import torch
-from bench import feasibility as feas
-from modeld.kernels.linear import triton as lin
-from modeld.kernels.linear.configs import TileConfig
-feas._offline_patches([lin])
-x = torch.empty(8192, 5120, dtype=torch.bfloat16)
-for paired in (False, True):
-    cfg = TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, paired=paired)
-    w = torch.empty(2 * 17408 if paired else 17408, 5120, dtype=torch.bfloat16)
-    jit, _, args, kw = feas._record([lin], lambda: lin._launch(x, w, None, None, lin.FMT_BF16, paired, torch.bfloat16,
-                                                               config=cfg))[-1]
-    kern, regs, spill = feas._compile_offline(jit, args, kw)
-    convs = kern.asm["ttgir"].count("ttg.convert_layout")
-    print(f"PARKROW paired={int(paired)} regs={regs} spill={spill or 0} smem={kern.metadata.shared} convs={convs}")
-'''
-    rows = {r["paired"]: r for r in offline_compile_rows(code, "PARKROW", ROOT)}
-    plain, paired = rows["0"], rows["1"]
-    assert paired["smem"] == plain["smem"] and paired["spill"] == "0" and paired["convs"] == plain["convs"], rows
 
 
 def test_gluon_ws_tiles_are_refused_where_they_cannot_run(device):
@@ -482,7 +441,7 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
         assert (want == before[("bf16", 8192, swiglu)]) == (tiles[swiglu] is None)
     flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws",
             "gluon-ws-persistent": "gluon_ws", "tma-plain": "tma", "gluon-pingpong": "pingpong",
-            "persistent-swiglu-paired": "paired", "persistent-swiglu-stacked": "stacked"}.get(variant, "persistent")
+            "persistent-swiglu-stacked": "stacked"}.get(variant, "persistent")
     assert all(c.tma and getattr(c, flag) for c in tiles.values() if c is not None)
     assert tiles[False] is not None or variant.startswith("persistent-swiglu-")   # those A/B the SwiGLU GEMM alone
     assert tiles[True] is not None or variant == "tma-plain"
@@ -723,28 +682,10 @@ def test_gpu_persistent_swiglu_tiles(variant, fmt, gen, device, poisoned_outputs
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["bf16", "fp8"])
-def test_gpu_persistent_swiglu_paired(fmt, gen, device, poisoned_outputs):
-    """The paired SwiGLU tile (session 32: the gate's sum parked by inline-PTX stores in the wgmma layout) at the 27B
-    gate + up shape, a partial last M block and many tiles per program; bf16 also bit for bit against the tuned tile
-    (both sum every output over the same 64-wide K steps in fp32)."""
-    n, k, swiglu = GPU_SHAPES[0]
-    cfg = configs.GEMM_VARIANT_TILES["persistent-swiglu-paired"][True]
-    for m in (777, 8192):
-        _check_forced(m, n, k, fmt, swiglu, cfg, gen, device)
-    x = (torch.randn(8192, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
-    (w,) = _weights("bf16", 2 * n, k, gen, device)
-    paired = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16, config=cfg)
-    tuned = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16,
-                       config=configs.pick(90, "bf16", True, 8192, n, k, interpreting=False))
-    assert torch.equal(paired, tuned), f"max |diff| {float((paired.float() - tuned.float()).abs().max())}"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
 def test_gpu_persistent_swiglu_stacked(fmt, gen, device, poisoned_outputs):
     """The stacked SwiGLU tile (session 32, untimed: gate and up rows in one 3-D TMA box, one 128 x 256 wgmma) at the
     27B gate + up shape, a partial last M block and many tiles per program; bf16 also bit for bit against the tuned
-    tile (the paired tile's 64 x 256 wgmmas were, session 32)."""
+    tile (session 32's paired tile, whose 64 x 256 wgmmas summed the same K steps, was)."""
     n, k, swiglu = GPU_SHAPES[0]
     cfg = configs.GEMM_VARIANT_TILES["persistent-swiglu-stacked"][True]
     for m in (777, 8192):

@@ -53,10 +53,6 @@ class TileConfig:
     # with gluon_ws and persistent: two consumer warpgroups (num_warps 4 each) on alternate tiles, one's epilogue
     # beside the other's wgmma ("ping-pong"); block_m x block_n is one warpgroup's tile (64 or 128 rows)
     pingpong: bool = False
-    # SwiGLU with persistent (Triton, not gluon_ws): one accumulator, each output tile's K loop run over its gate rows
-    # and then its up rows, the gate's fp32 sum parked in global memory between them
-    # (gemm_persistent._gemm_tma_persistent_paired_kernel); opt-in candidate
-    paired: bool = False
     # SwiGLU with persistent (Triton, not gluon_ws): the weight seen as [2, F, K] and each output tile's gate and up
     # rows loaded as one [2, block_n, block_k] TMA box, so one 128 x 2 block_n wgmma feeds both halves
     # (gemm_persistent._gemm_tma_persistent_stacked_kernel); block_n counts OUTPUT columns; opt-in candidate
@@ -282,18 +278,14 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
     "persistent-swiglu-64x128": {
         False: None, True: TileConfig(64, 128, 64, 4, 4, tma=True, persistent=True,
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-64x128")},
-    # the SwiGLU GEMM as the plain persistent tile runs (128 x 256, one accumulator) over gate then up rows per output
-    # tile (TileConfig.paired). H200 session 32: bit for bit the tuned tile but 0.796x its speed, the cold 32k 1.096x
-    # slower (KNOWLEDGE/dead-ends/gemm-swiglu-paired-one-accumulator.md); kept as a bit-exact point for a profiler
     # the gate and up rows of an output tile stacked into one [2, 128, 64] TMA box: one 128 x 256 wgmma per K step
     # for both halves, one accumulator split at the epilogue (session 32, offline sm_90: 167 registers, 180 KB = the
-    # plain persistent tile's; untimed; TileConfig.stacked)
+    # plain persistent tile's; untimed; TileConfig.stacked). It replaces session 32's paired tile (gate and up as two
+    # K passes of one accumulator: bit for bit, but 0.796x the tuned tile; removed,
+    # KNOWLEDGE/dead-ends/gemm-swiglu-paired-one-accumulator.md)
     "persistent-swiglu-stacked": {
         False: None, True: TileConfig(128, 128, 64, 8, 3, tma=True, persistent=True, stacked=True,
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-stacked")},
-    "persistent-swiglu-paired": {
-        False: None, True: TileConfig(128, 256, 64, 8, 3, tma=True, persistent=True, paired=True,
-                                      source="$MODELD_GEMM_VARIANT=persistent-swiglu-paired")},
 }
 
 

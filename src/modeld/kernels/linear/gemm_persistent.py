@@ -11,6 +11,10 @@ gemm-tma-warp-specialized-offline.md, where its siblings are compared).
 
 Same math and epilogue as `_gemm_tma_kernel`: fp8 scales per output channel after the K sum, SwiGLU over rows n
 and n + up_offset, tiles visited in the grouped order of `grouped_tile`.
+
+`_gemm_tma_persistent_stacked_kernel` (TileConfig.stacked, SwiGLU only): the same walk with each tile's gate and
+up rows loaded as one 3-D TMA box, so one accumulator and one 128 x 256 wgmma per step serve both halves
+(KNOWLEDGE/findings/gemm-swiglu-stacked-3d-box-offline.md).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import triton.language as tl
 from modeld.kernels._tl import grouped_tile
 from modeld.kernels.linear.weight_tile import _dot_xwt, _store_gemm_tile
 
-__all__ = ["_gemm_tma_persistent_kernel", "_gemm_tma_persistent_paired_kernel", "_gemm_tma_persistent_stacked_kernel"]
+__all__ = ["_gemm_tma_persistent_kernel", "_gemm_tma_persistent_stacked_kernel"]
 
 
 @triton.jit
@@ -55,71 +59,6 @@ def _gemm_tma_persistent_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_y
             _store_gemm_tile(g, u, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, FORMAT, SWIGLU)
             g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-
-
-@triton.jit
-def _gemm_tma_persistent_paired_kernel(x_desc, w_desc, ws_ptr, y_ptr, park_ptr, M, N, K, stride_ym, up_offset,
-                                       FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-                                       DOT_F32: tl.constexpr):
-    # SwiGLU with ONE accumulator: each output tile runs the K loop twice, over its gate rows (n) and then its up rows
-    # (n + up_offset), so every step is one BLOCK_M x BLOCK_N wgmma like the plain tile's (two accumulators cost the
-    # persistent kernel the register file, findings/gemm-persistent-swiglu-registers-offline.md). The gate's fp32
-    # sum waits in this program's park (BLOCK_M x BLOCK_N fp32 in global memory, L2-resident) for the up pass.
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    steps = tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * (2 * k_tiles)
-    tile = tl.program_id(0) - NUM_PROGRAMS
-    ki = -1
-    pid_m = 0
-    pid_n = 0
-    park = (park_ptr + tl.program_id(0) * (BLOCK_M * BLOCK_N)
-            + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for _ in tl.range(0, steps, flatten=True):
-        ki = tl.where(ki == 2 * k_tiles - 1, 0, ki + 1)
-        if ki == 0:
-            tile += NUM_PROGRAMS
-            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        up = ki >= k_tiles
-        k0 = tl.where(up, ki - k_tiles, ki) * BLOCK_K
-        xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
-        acc = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N + tl.where(up, up_offset, 0), k0]), acc, DOT_F32)
-        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        if ki == k_tiles - 1:  # the gate's last K step: park its (fp8: scaled) sum, the up rows start from zero
-            if FORMAT == 1:  # each half's scales at its own epilogue: both at the end spill (255 registers offline)
-                acc = acc * tl.load(ws_ptr + rows, mask=rows < N, other=0.0)[None, :]
-            _park_store(park, acc, DOT_F32)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if ki == 2 * k_tiles - 1:  # the up rows' last K step: the SwiGLU epilogue over the parked gate
-            if FORMAT == 1:
-                acc = acc * tl.load(ws_ptr + rows + up_offset, mask=rows < N, other=0.0)[None, :]
-            g = _park_load(park, DOT_F32)
-            ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            _store_gemm_tile(g, acc, ws_ptr, y_ptr, ms, rows, M, N, stride_ym, up_offset, 0, True)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-
-
-@triton.jit
-def _park_store(ptrs, acc, INTERPRETED: tl.constexpr):
-    """Each fp32 of `acc` to its own address, by the thread that holds it: an elementwise inline-PTX store keeps the
-    accumulator's wgmma register layout (a `tl.store` converts a 128 x 256 fp32 tile to a coalesced layout through
-    128 KB of shared memory, and the kernel then needs 278 KB offline). `_park_load` reads with the same layout, so
-    every value comes back to the thread that stored it: program order alone orders the two, no barrier."""
-    if INTERPRETED:
-        tl.store(ptrs, acc)
-    else:
-        tl.inline_asm_elementwise("st.global.f32 [$1], $2;\n mov.u32 $0, 0;", "=r,l,f", [ptrs.to(tl.int64), acc],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _park_load(ptrs, INTERPRETED: tl.constexpr):
-    """The parked fp32 values back, in the accumulator's layout (`_park_store`)."""
-    if INTERPRETED:
-        return tl.load(ptrs)
-    return tl.inline_asm_elementwise("ld.global.f32 $0, [$1];", "=f,l", [ptrs.to(tl.int64)], dtype=tl.float32,
-                                     is_pure=False, pack=1)
 
 
 @triton.jit

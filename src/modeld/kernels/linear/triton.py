@@ -69,7 +69,6 @@ from modeld.kernels.linear.gemv_hmma_batch import _gemv_batch_finish_kernel, _ge
 from modeld.kernels.linear.gemv_mma import _gemv_int4_mma_kernel  # launch
 from modeld.kernels.linear.gemm_persistent import (  # launch
     _gemm_tma_persistent_kernel,
-    _gemm_tma_persistent_paired_kernel,
     _gemm_tma_persistent_stacked_kernel,
 )
 from modeld.kernels.linear.gemm_swap import _gemm_swap_int4_kernel, _gemm_tma_swap_kernel  # launch
@@ -216,9 +215,7 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         raise KernelValueError("tile config warp_specialize=True is for the tma GEMM without swap_ab")
     if cfg.persistent and (cfg.swap_ab or cfg.warp_specialize):
         raise KernelValueError("tile config persistent=True is for the tma GEMM without swap_ab or warp_specialize")
-    if cfg.paired and not (swiglu and cfg.persistent and not cfg.gluon_ws):
-        raise KernelValueError("tile config paired=True is for the persistent Triton tile of a SwiGLU GEMM")
-    if cfg.stacked and not (swiglu and cfg.persistent and not cfg.gluon_ws and not cfg.paired):
+    if cfg.stacked and not (swiglu and cfg.persistent and not cfg.gluon_ws):
         raise KernelValueError("tile config stacked=True is for the persistent Triton tile of a SwiGLU GEMM")
     if cfg.pingpong and not (cfg.gluon_ws and cfg.persistent):
         raise KernelValueError("tile config pingpong=True is the persistent Gluon kernel's (gluon_ws, persistent)")
@@ -242,14 +239,6 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
         w3_desc = TensorDescriptor.from_tensor(w.unflatten(0, (2, n)), [2, cfg.block_n, cfg.block_k])
         _gemm_tma_persistent_stacked_kernel[(programs,)](
             x_desc, w3_desc, ws if ws is not None else w, y, m, n, k, y.stride(0), n,
-            FORMAT=fmt, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-            NUM_PROGRAMS=programs, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return y
-    if cfg.persistent and cfg.paired:
-        programs = min(grid[0], _sm_count(x.device))
-        park = torch.empty(programs, cfg.block_m, cfg.block_n, dtype=torch.float32, device=x.device)
-        _gemm_tma_persistent_paired_kernel[(programs,)](
-            x_desc, w_desc, ws if ws is not None else w, y, park, m, n, k, y.stride(0), n,
             FORMAT=fmt, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
             NUM_PROGRAMS=programs, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return y
