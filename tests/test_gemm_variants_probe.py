@@ -26,7 +26,8 @@ def _run(tmp_path, *args):
 def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
     assert set(res["variants"]) == {"tuned", "persistent", "tma-plain", "ws", "gluon-ws", "gluon-ws-persistent",
-                                    "gluon-pingpong", "persistent-swiglu-128x64", "persistent-swiglu-64x128"}
+                                    "gluon-pingpong", "persistent-swiglu-128x64", "persistent-swiglu-64x128",
+                                    "persistent-swiglu-stacked"}
     for gluon in ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong"):  # Gluon: no interpreter
         assert res["variants"].pop(gluon)["status"].startswith("skipped")
     for name, v in res["variants"].items():
@@ -42,7 +43,9 @@ def test_dry_run_times_every_variant(tmp_path):
     # the SwiGLU-only variants: their tile on gate+up, the tuned route (None) on the plain shapes
     sw = {r["shape"]: r["tile"] for r in res["variants"]["persistent-swiglu-128x64"]["rows"]}
     assert "persistent=True" in sw.pop("mlp gate+up swiglu") and set(sw.values()) == {None}, sw
-    assert out.count("SUMMARY") == 25  # 5 interpreted variants beside tuned x 5 shapes
+    stacked = {r["shape"]: r["tile"] for r in res["variants"]["persistent-swiglu-stacked"]["rows"]}
+    assert "stacked=True" in stacked.pop("mlp gate+up swiglu") and set(stacked.values()) == {None}, stacked
+    assert out.count("SUMMARY") == 30  # 6 interpreted variants beside tuned x 5 shapes
 
 
 def test_a_child_past_its_timeout_is_recorded_not_waited_for(tmp_path):
