@@ -328,7 +328,8 @@ def _default_tile(sm: int, fmt: str, swiglu: bool, x, w, n: int, out_dtype: torc
         cfg = dataclasses.replace(cfg, block_n=128, num_stages=4, persistent=False,
                                   source=f"{cfg.source}; fp32 output: 128 x 128 tile")
     if (cfg.tma or cfg.swap_ab) and not _tma_aligned(x, w):  # the flags of the descriptor kernels go too
-        return dataclasses.replace(cfg, tma=False, swap_ab=False, persistent=False, gluon_ws=False, pingpong=False)
+        return dataclasses.replace(cfg, tma=False, swap_ab=False, persistent=False, gluon_ws=False, pingpong=False,
+                                   stacked=False)
     return cfg
 
 
