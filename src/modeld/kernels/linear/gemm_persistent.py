@@ -29,14 +29,32 @@ __all__ = ["_gemm_tma_persistent_kernel", "_gemm_tma_persistent_stacked_kernel"]
 
 
 @triton.jit
+def _walk(M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          NUM_PROGRAMS: tl.constexpr):
+    """(K steps per tile, this program's (tile, K step) pairs): one flat loop over them lets the pipeliner run the
+    loads ahead across tiles; the program's tiles are program_id + i * NUM_PROGRAMS."""
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    return k_tiles, tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * k_tiles
+
+
+@triton.jit
+def _next_step(ki, tile, pid_m, pid_n, k_tiles, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr):
+    """The walk's next (K step, tile, pid_m, pid_n): a new tile (in `grouped_tile` order) at each K step 0."""
+    ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
+    if ki == 0:
+        tile += NUM_PROGRAMS
+        pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return ki, tile, pid_m, pid_n
+
+
+@triton.jit
 def _gemm_tma_persistent_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, up_offset,
                                 FORMAT: tl.constexpr, SWIGLU: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, DOT_F32: tl.constexpr):
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    # one flat loop over (tile, k step) pairs of this program: the pipeliner runs the loads ahead across tiles
-    steps = tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * k_tiles
+    k_tiles, steps = _walk(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_PROGRAMS)
     tile = tl.program_id(0) - NUM_PROGRAMS
     ki = -1
     pid_m = 0
@@ -44,10 +62,8 @@ def _gemm_tma_persistent_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_y
     g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for _ in tl.range(0, steps, flatten=True):
-        ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
-        if ki == 0:
-            tile += NUM_PROGRAMS
-            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        ki, tile, pid_m, pid_n = _next_step(ki, tile, pid_m, pid_n, k_tiles, M, N, BLOCK_M, BLOCK_N, GROUP_M,
+                                            NUM_PROGRAMS)
         k0 = ki * BLOCK_K
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
         g = _dot_xwt(xt, w_desc.load([pid_n * BLOCK_N, k0]), g, DOT_F32)
@@ -71,19 +87,15 @@ def _gemm_tma_persistent_stacked_kernel(x_desc, w3_desc, ws_ptr, y_ptr, M, N, K,
     # plain persistent tile's shape) that feeds both halves from one x tile; the epilogue splits the accumulator's
     # column halves. One accumulator: the persistent kernel's registers (two cost it the register file,
     # findings/gemm-persistent-swiglu-registers-offline.md).
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    steps = tl.cdiv(tiles - tl.program_id(0), NUM_PROGRAMS) * k_tiles
+    k_tiles, steps = _walk(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_PROGRAMS)
     tile = tl.program_id(0) - NUM_PROGRAMS
     ki = -1
     pid_m = 0
     pid_n = 0
     acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], dtype=tl.float32)
     for _ in tl.range(0, steps, flatten=True):
-        ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
-        if ki == 0:
-            tile += NUM_PROGRAMS
-            pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        ki, tile, pid_m, pid_n = _next_step(ki, tile, pid_m, pid_n, k_tiles, M, N, BLOCK_M, BLOCK_N, GROUP_M,
+                                            NUM_PROGRAMS)
         k0 = ki * BLOCK_K
         xt = x_desc.load([pid_m * BLOCK_M, k0])  # [BM, BK] bf16; out-of-bounds rows / columns arrive as zeros
         wt = w3_desc.load([0, pid_n * BLOCK_N, k0])  # [2, BN, BK]: gate rows, then the same rows' up

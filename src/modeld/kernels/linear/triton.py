@@ -231,7 +231,6 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
             raise KernelValueError("tile config gluon_ws=True needs bf16 x and weight values on a CUDA sm_90+ device")
         return _gemm_ws_gluon.launch(x, w, ws, y, fmt, swiglu, n, cfg, _sm_count(x.device), kernel=_gemm_ws_kernel)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
-    w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     if cfg.persistent and cfg.stacked:
         programs = min(grid[0], _sm_count(x.device))
@@ -242,6 +241,7 @@ def _launch_tma(x, w, ws, y, fmt: int, swiglu: bool, n: int, cfg: TileConfig) ->
             FORMAT=fmt, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
             NUM_PROGRAMS=programs, DOT_F32=interpreting(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return y
+    w_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     if cfg.persistent:
         programs = min(grid[0], _sm_count(x.device))
         _gemm_tma_persistent_kernel[(programs,)](
