@@ -27,7 +27,7 @@ def test_dry_run_times_every_variant(tmp_path):
     res, out = _run(tmp_path)
     assert set(res["variants"]) == {"tuned", "persistent", "tma-plain", "ws", "gluon-ws", "gluon-ws-persistent",
                                     "gluon-pingpong", "persistent-swiglu-128x64", "persistent-swiglu-64x128",
-                                    "persistent-swiglu-stacked"}
+                                    "persistent-swiglu-stacked", "tma-swiglu"}
     for gluon in ("gluon-ws", "gluon-ws-persistent", "gluon-pingpong"):  # Gluon: no interpreter
         assert res["variants"].pop(gluon)["status"].startswith("skipped")
     for name, v in res["variants"].items():
@@ -45,7 +45,9 @@ def test_dry_run_times_every_variant(tmp_path):
     assert "persistent=True" in sw.pop("mlp gate+up swiglu") and set(sw.values()) == {None}, sw
     stacked = {r["shape"]: r["tile"] for r in res["variants"]["persistent-swiglu-stacked"]["rows"]}
     assert "stacked=True" in stacked.pop("mlp gate+up swiglu") and set(stacked.values()) == {None}, stacked
-    assert out.count("SUMMARY") == 30  # 6 interpreted variants beside tuned x 5 shapes
+    tma = {r["shape"]: r["tile"] for r in res["variants"]["tma-swiglu"]["rows"]}
+    assert "stacked=False" in tma.pop("mlp gate+up swiglu") and set(tma.values()) == {None}, tma
+    assert out.count("SUMMARY") == 35  # 7 interpreted variants beside tuned x 5 shapes
 
 
 def test_a_child_past_its_timeout_is_recorded_not_waited_for(tmp_path):

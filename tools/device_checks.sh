@@ -182,9 +182,9 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     # defaults (cold 32k 0.918x, every certification gate PASS; findings/qwen3_5-27b-recertification-s25-h200.md).
     # Session 32 made the in-pass snapshots (0.998x) and one 32k piece (16k 0.989x against 8k, 32k 0.993x against
     # 16k; same bits) the defaults: cold 32k 2.996 / 3.004 s. Default candidates: the pieces around it (the ≤ 3 s
-    # target sits in the noise), as a control; the stacked SwiGLU tile (session 32, offline: the plain persistent
-    # tile's shape; run `gemm-variants` / its GPU test first)
-    cands="MODELD_GEMM_VARIANT=persistent-swiglu-stacked,chunk=16384"
+    # target sits in the noise), as a control; session 33 made the stacked SwiGLU tile the gate + up default (cold 32k
+    # 0.983x, same bits): the TMA tile it replaced ($MODELD_GEMM_VARIANT=tma-swiglu) as the control
+    cands="MODELD_GEMM_VARIANT=tma-swiglu,chunk=16384"
     ab=${TTFT_AB:-$cands}
     timeout 570 python3 bench/ttft_long.py --out "$OUT/$step/tl" --no-hf --runs 2 \
       --profiles "${TTFT_PROFILES:-bf16}" \

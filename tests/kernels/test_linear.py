@@ -441,9 +441,10 @@ def test_gemm_variant_switch_swaps_only_the_bf16_prefill_tiles(variant, monkeypa
         assert (want == before[("bf16", 8192, swiglu)]) == (tiles[swiglu] is None)
     flag = {"ws": "warp_specialize", "persistent": "persistent", "gluon-ws": "gluon_ws",
             "gluon-ws-persistent": "gluon_ws", "tma-plain": "tma", "gluon-pingpong": "pingpong",
-            "persistent-swiglu-stacked": "stacked"}.get(variant, "persistent")
+            "persistent-swiglu-stacked": "stacked", "tma-swiglu": "tma"}.get(variant, "persistent")
     assert all(c.tma and getattr(c, flag) for c in tiles.values() if c is not None)
-    assert tiles[False] is not None or variant.startswith("persistent-swiglu-")   # those A/B the SwiGLU GEMM alone
+    # those A/B the SwiGLU GEMM alone
+    assert tiles[False] is not None or variant.startswith("persistent-swiglu-") or variant == "tma-swiglu"
     assert tiles[True] is not None or variant == "tma-plain"
     assert {k: v for k, v in after.items() if k[0] != "bf16" or k[1] != 8192} == \
         {k: v for k, v in before.items() if k[0] != "bf16" or k[1] != 8192}
@@ -683,9 +684,9 @@ def test_gpu_persistent_swiglu_tiles(variant, fmt, gen, device, poisoned_outputs
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["bf16", "fp8"])
 def test_gpu_persistent_swiglu_stacked(fmt, gen, device, poisoned_outputs):
-    """The stacked SwiGLU tile (session 32, untimed: gate and up rows in one 3-D TMA box, one 128 x 256 wgmma) at the
-    27B gate + up shape, a partial last M block and many tiles per program; bf16 also bit for bit against the tuned
-    tile (session 32's paired tile, whose 64 x 256 wgmmas summed the same K steps, was)."""
+    """The stacked SwiGLU tile (session 32: gate and up rows in one 3-D TMA box, one 128 x 256 wgmma; the 27B gate + up
+    default since session 33) at the 27B gate + up shape, a partial last M block and many tiles per program; bf16
+    also bit for bit against the TMA tile it replaced (what let it become the default without a new baseline)."""
     n, k, swiglu = GPU_SHAPES[0]
     cfg = configs.GEMM_VARIANT_TILES["persistent-swiglu-stacked"][True]
     for m in (777, 8192):
@@ -693,8 +694,9 @@ def test_gpu_persistent_swiglu_stacked(fmt, gen, device, poisoned_outputs):
     x = (torch.randn(8192, k, generator=_device_gen(gen, device), device=device) * 2).bfloat16()
     (w,) = _weights("bf16", 2 * n, k, gen, device)
     stacked = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16, config=cfg)
+    assert configs.pick(90, "bf16", True, 8192, n, k, interpreting=False).stacked   # the default since session 33
     tuned = tt._launch(x, w, None, None, tt.FMT_BF16, True, torch.bfloat16,
-                       config=configs.pick(90, "bf16", True, 8192, n, k, interpreting=False))
+                       config=configs.GEMM_VARIANT_TILES["tma-swiglu"][True])
     assert torch.equal(stacked, tuned), f"max |diff| {float((stacked.float() - tuned.float()).abs().max())}"
 
 

@@ -102,9 +102,13 @@ TUNED: dict[tuple[int, str, bool, str, int, int], TileConfig] = {
     (90, "bf16", False, "gemv", 248320, 5120): TileConfig(1, 16, 256, 4, 1,
                                                           source=f"{_SWEEP}: lm_head 637.9 us, 3.99 TB/s"),
     # TMA descriptors since session 21: 4362.0 us at M = 8192 against 5049.8 for the same tile by pointers
-    # (optimizations/prefill-gemm-tma-descriptors.md); 1024 of these calls were 1.25 s of a cold 32k bf16 prefill
-    (90, "bf16", True, "gemm", 17408, 5120): TileConfig(128, 128, 64, 8, 4, tma=True,
-                                                        source="H200 sweep s21: TMA 4362 us at M=8192 (pointers 5050)"),
+    # (optimizations/prefill-gemm-tma-descriptors.md); 1024 of these calls were 1.25 s of a cold 32k bf16 prefill.
+    # Since session 33 the stacked persistent tile (gate and up rows in one [2, 128, 64] TMA box, one 128 x 256 wgmma
+    # per K step): 4.227 vs 4.361 ms at M 8192 (1.032x), the cold 32k 0.983x with logits equal bit for bit
+    # (optimizations/gemm-swiglu-stacked-default-h200-s33.md); $MODELD_GEMM_VARIANT=tma-swiglu brings the 128 x 128
+    # TMA tile back for an A/B
+    (90, "bf16", True, "gemm", 17408, 5120): TileConfig(128, 128, 64, 8, 3, tma=True, persistent=True, stacked=True,
+                                                        source="H200 s33: stacked 4227 us at M=8192 (TMA tile 4361)"),
 }
 
 # Small tiles for the CPU interpreter: its cost grows with the number of tile ops, and small
@@ -249,6 +253,10 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
     "tma-plain": {
         False: TileConfig(128, 128, 64, 8, 4, tma=True, source="$MODELD_GEMM_VARIANT=tma-plain"),
         True: None},
+    # the 27B gate + up tile before session 33 (the TMA 128 x 128 tile, two accumulators), plain shapes keeping
+    # theirs: the A/B against today's stacked SwiGLU default (TUNED above)
+    "tma-swiglu": {
+        False: None, True: TileConfig(128, 128, 64, 8, 4, tma=True, source="$MODELD_GEMM_VARIANT=tma-swiglu")},
     # the Gluon kernel with our own producer warp and barriers (linear/gemm_ws_gluon.py): one program per tile, or
     # persistent (one per SM, each tile's epilogue overlapping the producer's loads of the next). Offline sm_90:
     # consumers setmaxnreg 240 / producer 24, no spill, 148 / 197 KB shared
@@ -280,7 +288,8 @@ GEMM_VARIANT_TILES: dict[str, dict[bool, TileConfig | None]] = {
                                       source="$MODELD_GEMM_VARIANT=persistent-swiglu-64x128")},
     # the gate and up rows of an output tile stacked into one [2, 128, 64] TMA box: one 128 x 256 wgmma per K step
     # for both halves, one accumulator split at the epilogue (session 32, offline sm_90: 167 registers, 180 KB = the
-    # plain persistent tile's; untimed; TileConfig.stacked). It replaces session 32's paired tile (gate and up as two
+    # plain persistent tile's; TileConfig.stacked; session 33 on the H200: 1.032x the TMA tile at M 8192, the TUNED
+    # 27B gate + up tile since). It replaces session 32's paired tile (gate and up as two
     # K passes of one accumulator: bit for bit, but 0.796x the tuned tile; removed,
     # KNOWLEDGE/dead-ends/gemm-swiglu-paired-one-accumulator.md)
     "persistent-swiglu-stacked": {
