@@ -1,6 +1,7 @@
-"""`_tl.round_to`: the GPU's one RTNE convert ($MODELD_ROUND_BITS=0; the GPU default since session 30) against the
-bit trick the interpreter needs (=1): fewer instructions offline, no bf16 arithmetic for LLVM to contract across a
-rounding, the same bits on the H200."""
+"""`_tl.round_to`: the GPU's one RTNE convert ($MODELD_ROUND_BITS=0; the GPU default in sessions 30-32) against the
+bit trick the interpreter needs (=1; the compiled default again since session 33, when the 27B engine's certification
+logits moved with the convert): fewer instructions offline, no bf16 arithmetic for LLVM to contract across a
+rounding, the same bits on the H200 in every probed kernel family."""
 
 from __future__ import annotations
 
@@ -23,12 +24,17 @@ COUNT_CODE = (f"from bench.sass_counts import main; "
               f"main(['--only', {','.join(KERNELS)!r}, '--gated-norm-tiles', '16x4'])")
 
 
-def _counts(bits: str) -> dict[str, dict[str, str]]:
-    os.environ["MODELD_ROUND_BITS"] = bits
+def _counts(bits: str | None) -> dict[str, dict[str, str]]:
+    """The rows with $MODELD_ROUND_BITS=bits (None: unset, the compiled default)."""
+    saved = os.environ.pop("MODELD_ROUND_BITS", None)
+    if bits is not None:
+        os.environ["MODELD_ROUND_BITS"] = bits
     try:
         return {r["name"]: r for r in offline_compile_rows(COUNT_CODE, "SASS", ROOT)}
     finally:
-        del os.environ["MODELD_ROUND_BITS"]
+        os.environ.pop("MODELD_ROUND_BITS", None)
+        if saved is not None:
+            os.environ["MODELD_ROUND_BITS"] = saved
 
 
 def test_native_convert_cuts_instructions_offline():
@@ -42,6 +48,14 @@ def test_native_convert_cuts_instructions_offline():
         assert int(native[name]["instr"]) < 0.9 * int(trick[name]["instr"]), (name, native[name], trick[name])
         assert int(native[name]["trick"]) == 0 < int(trick[name]["trick"]), (name, native[name], trick[name])
         assert int(native[name]["half_math"]) == 0 == int(trick[name]["half_math"]), (name, native[name])
+
+
+def test_compiled_default_is_the_trick():
+    """Without $MODELD_ROUND_BITS the compiled kernels round with the trick (session 33: with the convert the 27B fp8
+    engine's certification logits changed digest and its rung-6 flips went 2 -> 7; with the trick they are the
+    certified ones again, findings/round-to-convert-moved-the-engine-logits-s33.md)."""
+    default, trick = _counts(None), _counts("1")
+    assert default == trick and all(int(r["trick"]) > 0 for r in default.values()), default
 
 
 def _probe(tmp_path: Path, bits: str) -> dict[str, torch.Tensor]:

@@ -1,15 +1,17 @@
 """Triton device helpers shared by the kernels in this package.
 
 `grouped_tile(pid, M, N, ...)` maps a 1-D GEMM program id to its (row block, column block) in
-grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even. On the GPU that
-is the convert `cvt.rn.bf16.f32`, as inline PTX (a plain `x.to(tl.bfloat16)` lets LLVM fuse a rounded product into
+grouped order. `round_to(x, dtype)` rounds an fp32 tensor to `dtype` with round-to-nearest-even: by a bit trick on
+the fp32 bits (the default everywhere since session 33, see GPU_ROUND_BITS), or on the GPU by the convert
+`cvt.rn.bf16.f32` ($MODELD_ROUND_BITS=0), as inline PTX (a plain `x.to(tl.bfloat16)` lets LLVM fuse a rounded product into
 the next add: KNOWLEDGE/pitfalls/llvm-contracts-across-a-bf16-rounding.md). Triton 3.6's CPU interpreter *truncates*
 fp32→bf16 casts (and implicit casts on store), which makes interpreter results drift from PyTorch by one bf16 ulp
 (KNOWLEDGE/pitfalls/triton-interpreter-bf16-cast-truncates.md), so under the interpreter a bit trick gives RTNE
 instead (finite inputs agree bit for bit; the trick turns some NaN payloads into inf). Session 30 on the H200: the
 convert gives the trick's bits in every kernel family (tests/kernels/test_rounding.py) and the same cold-32k logits,
 with ~8 integer instructions fewer per element (KNOWLEDGE/optimizations/round-to-native-convert-on-gpu.md), so
-compiled kernels take it (GPU_ROUND_BITS False; `MODELD_ROUND_BITS=1` brings the trick back for an A/B).
+compiled kernels took it in sessions 30-32; session 33 found the engine's certification logits moved with it and
+put the trick back (GPU_ROUND_BITS below).
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ from triton.runtime.jit import JITFunction
 
 from modeld.kernels._checks import env_choice
 
-# Whether compiled kernels round with the bit trick as well (False since session 30: the H200 gave the convert's
-# bits equal to the trick's); $MODELD_ROUND_BITS "1" / "0" overrides it, read once at import: an A/B takes one process
-# per side
-GPU_ROUND_BITS = False
+# Whether compiled kernels round with the bit trick as well. True again since session 33: the convert (the default of
+# sessions 30-32) gave the trick's bits in every kernel family the probe runs and in the cold-32k logits, but NOT in
+# the 27B engine's short-prompt prefill + decode logits — at c8d050a (the flip) the fp8 certification's teacher-forced
+# logits changed digest and its rung-6 other flips went 2 -> 7 (limit 6); `MODELD_ROUND_BITS=1` at HEAD gave back the
+# earlier digests exactly (KNOWLEDGE/findings/round-to-convert-moved-the-engine-logits-s33.md; the kernel that
+# differs is not found yet). The convert stays an A/B ($MODELD_ROUND_BITS=0) with no end-to-end speed measured for
+# it. "1" / "0" overrides, read once at import: an A/B takes one process per side
+GPU_ROUND_BITS = True
 ROUND_BITS_ENV = "MODELD_ROUND_BITS"
 # round_to's GPU convert (KNOWLEDGE/asm-inventory.md); one element per asm: pack=2 (cvt.rn.bf16x2.f32) fails to
 # compile where a thread holds one element, and ptxas pairs these into the same F2FP.BF16.F32.PACK_AB anyway
