@@ -24,6 +24,11 @@
 #   tools/device_checks.sh cert      # the 27B certification at the defaults (every gate; ≈ 6 min)
 #   tools/device_checks.sh cert-at   # the same bench from $CERT_TREE (tools/tree_at.sh COMMIT: an older commit's code),
 #                                    # $CERT_PROFILES (default bf16,fp8: ≈ 5 min), to bisect a moved gate
+#   tools/device_checks.sh bisect    # bench/bisect_engine_logits.py over $BISECT_TREES ('TREE|VAR=VALUE+…' specs; trees by
+#                                    # tools/tree_at.sh): the certification's fp8 cases' digests and rung-6 flips per tree
+#   tools/device_checks.sh engine-trace  # bench/trace_engine_ops.py: every kernel call of a short prefill + decode per
+#                                    # side ($TRACE_SIDES, default the trick vs the convert; $TRACE_PROFILES fp8,bf16):
+#                                    # the first call that differs (s33: which kernel the convert changes)
 #   tools/device_checks.sh qhead     # quantized lm_head: GPU tests, logits rows, fp8 / int4 decode with each head
 #   tools/device_checks.sh cert-qhead  # the certification of the fp8+qhead / int4+qhead artifacts
 #   tools/device_checks.sh w8a8      # the certification's long set (8 new prompts) with fp8+w8a8 beside fp8
@@ -39,7 +44,7 @@
 # findings/llama-cpp-control-qwen3_5-27b-h200.md; KNOWLEDGE/optimizations/fp8-w8a8-qgmma-prefill.md (w8a8).
 set -uo pipefail
 usage="tests|tests-new|rounding|rounding-ttft|attn-gluon|kernels|gdn-snapshots|attn|gemm|gemm-variants|ttft|cert|qhead"
-usage+="|cert-at|cert-qhead"
+usage+="|cert-at|cert-qhead|bisect|engine-trace"
 usage+="|w8a8|llamacpp|llamacpp-q"
 step=${1:?usage: tools/device_checks.sh $usage}
 # Output goes through `grep --line-buffered`, never `| tail`: when the device tool's own limit kills a command, a
@@ -196,6 +201,18 @@ print('cold 32k logits, convert vs trick: max|d|', float((a - b).abs().max()), '
     (cd "$tree" && MODELD_COMMIT=$(cat COMMIT) timeout 570 python3 bench/cert_qwen3_5_27b.py --out "$OUT/$step" \
       --no-profiler --budget-s 450 --profiles "${CERT_PROFILES:-bf16,fp8}" 2>&1 \
       | grep --line-buffered -E "SUMMARY|FAILED|SKIP|Error|GATES")
+    ;;
+  bisect)
+    timeout 570 python3 bench/bisect_engine_logits.py --out "$OUT/$step" --profile "${BISECT_PROFILE:-fp8}" \
+      --trees "${BISECT_TREES:?BISECT_TREES: comma-separated TREE|VAR=VALUE specs}" --budget-s 480 2>&1 \
+      | grep --line-buffered -E "SUMMARY|TREE|Error|Traceback"
+    ;;
+  engine-trace)
+    for p in $(echo "${TRACE_PROFILES:-fp8,bf16}" | tr ',' ' '); do
+      timeout 270 python3 bench/trace_engine_ops.py --out "$OUT/$step/$p" --profile "$p" \
+        --sides "${TRACE_SIDES:-.|MODELD_ROUND_BITS=1,.|MODELD_ROUND_BITS=0}" 2>&1 \
+        | grep --line-buffered -E "SIDE|Error|Traceback" | sed -u "s/^/[$p] /"
+    done
     ;;
   qhead)
     # the quantized lm_head (converter --lm-head; findings/quantized-lm-head-recipe-option.md): its GPU tests, the

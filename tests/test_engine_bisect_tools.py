@@ -1,6 +1,6 @@
-"""bench/bisect_engine_logits.py on the CPU (tiny preset, reference kernels): each tree's modeld is imported afresh,
-so two copies of today's code give the same digests and a copy with one changed number does not; its env specs are
-checked before anything loads."""
+"""bench/bisect_engine_logits.py and bench/trace_engine_ops.py on the CPU (tiny preset, reference kernels): each
+tree's modeld is imported afresh, so two copies of today's code give the same digests and a copy with one changed
+number does not — and the tracer names the op that changed; env specs are checked before anything loads."""
 
 from __future__ import annotations
 
@@ -13,16 +13,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "bisect_engine_logits.py"
+TRACE = ROOT / "bench" / "trace_engine_ops.py"
 NORM = "src/modeld/kernels/rmsnorm/reference.py"
 LINE = "return (n * (1.0 + weight.float())).to(h.dtype)"
 
 
-def _run(tmp_path, trees: str):
+def _run(tmp_path, trees: str, trace: bool = False):
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)
-    return subprocess.run([sys.executable, str(BENCH), "--out", str(tmp_path / "out"), "--trees", trees,
-                           "--device", "cpu", "--config", "tiny", "--workers", "2", "--flip-cases", "2",
-                           "--profile", "fp8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    args = ["--sides", trees] if trace else ["--trees", trees, "--flip-cases", "2"]
+    return subprocess.run([sys.executable, str(TRACE if trace else BENCH), "--out", str(tmp_path / "out"), *args,
+                           "--device", "cpu", "--config", "tiny", "--workers", "2", "--profile", "fp8"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _tree(tmp_path, name: str, mutate: bool) -> Path:
@@ -57,3 +59,25 @@ def test_bad_env_spec_and_missing_tree_are_refused(tmp_path):
     assert r.returncode != 0 and "MODELD_NAME=VALUE" in r.stderr
     r = _run(tmp_path, str(tmp_path / "nowhere"))
     assert r.returncode != 0 and "no src/modeld" in r.stderr
+
+
+def test_trace_names_the_changed_op(tmp_path):
+    same, changed = _tree(tmp_path, "same", False), _tree(tmp_path, "changed", True)
+    r = _run(tmp_path, f".,{same}|MODELD_ROUND_BITS=1,{changed}", trace=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "trace_engine_ops.json").read_text())
+    here, copy, mutant = doc["sides"]
+    assert here["calls"] == copy["calls"] == mutant["calls"] > 100, doc["sides"]
+    assert copy["first_difference"] is None and copy["differing_calls"] == 0
+    assert copy["logits_digest"] == here["logits_digest"] != mutant["logits_digest"]
+    fd = mutant["first_difference"]
+    # the first rmsnorm call is the first that changed; its inputs were equal, its output 1 % larger
+    assert fd["kind"] == "kernel" and fd["op"].startswith("rmsnorm.") and fd["nth_call_of_op"] == 0, fd
+    (out,) = fd["outputs"].values()
+    assert out["differing"] > 0 and out["first"][0]["other"] != out["first"][0]["base"]
+    assert mutant["differing_calls"] > 10
+
+
+def test_trace_needs_two_sides(tmp_path):
+    r = _run(tmp_path, ".", trace=True)
+    assert r.returncode != 0 and "at least two specs" in r.stderr
