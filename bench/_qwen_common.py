@@ -9,6 +9,7 @@ mutates only the engine / model state it is handed (slot 0, HF's cache is never 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -64,6 +65,21 @@ def versions(device) -> dict:
     else:
         out["gpu"] = "cpu (dry run)"
     return out
+
+
+@contextlib.contextmanager
+def held_env(env: dict[str, str]):
+    """`env` set in os.environ for the block, every variable's earlier value (or absence) restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def engine_tf_logits(engine, cases: list[tuple[list[int], list[int]]]):

@@ -163,21 +163,14 @@ def main(argv=None) -> int:
             save()
             continue
         t0 = time.perf_counter()
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
         try:
-            logits, build_s, commit = tree_engine_logits(tree, st, own.profile, ca, roots)
+            with C.held_env(env):
+                logits, build_s, commit = tree_engine_logits(tree, st, own.profile, ca, roots)
         except Exception as exc:   # an old tree that cannot build is a row, not the end of the bisection
             doc["trees"].append({"tree": tree, "env": env, "error": f"{type(exc).__name__}: {exc}"})
             save()
             print(f"TREE {tree} {env} FAILED: {type(exc).__name__}: {exc}", flush=True)
             continue
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         rows = [compare_logits(e, r, ca.top_k, ca.tie) for e, r in zip(logits, ref)]
         m = merge(rows)
         first = first or logits

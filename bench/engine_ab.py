@@ -94,9 +94,7 @@ def slot_sampler(eng, sampling: tuple[float, int, float] | None):
 def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict, list | None]:
     """A fresh engine under `env` (restored afterwards): decode speed, and its teacher-forced logits (with them, when
     --kernel-table is set, the profiler's table of one decode step's replayed kernels)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with C.held_env(env):
         eng, build_s = C.engine_from_hf(st, profile, st.args.seed, st.args.workers, st.args.slots)
         logits = [x.to("cpu") for x in C.engine_tf_logits(eng, st.cases)] if want_logits else None
         d = C.engine_bench.decode_speed(eng, st.args.steps, 128, pick=slot_sampler(eng, st.args.sampling))
@@ -104,12 +102,6 @@ def build_and_time(st, profile: str, env: dict, want_logits: bool) -> tuple[dict
                **{k: d[k] for k in ("p50_s", "p90_s", "tok_per_s_p50")}}
         if want_logits and st.args.kernel_table and eng.graph.captured:
             res["kernel_table"] = C.kernel_table(eng.graph, st.dev, top=st.args.kernel_table, repeat=5)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     del eng
     C.release()
     return res, logits

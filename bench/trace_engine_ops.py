@@ -31,6 +31,7 @@ import types
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 
+import _qwen_common as C  # noqa: E402
 from bisect_engine_logits import purge_trees, tree_env  # noqa: E402
 
 OPS = ("rmsnorm", "gated_rmsnorm", "rope", "conv1d", "gdn", "embedding", "sampling", "linear", "attention", "logits")
@@ -125,9 +126,7 @@ def run_side(spec: str, a, roots: list[str]) -> tuple[list[dict], dict]:
     import torch
 
     tree, env = tree_env(spec)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with C.held_env(env):
         purge_trees(roots)
         tree = os.path.realpath(tree)
         sys.path[:0] = [os.path.join(tree, "bench"), os.path.join(tree, "src")]
@@ -166,12 +165,6 @@ def run_side(spec: str, a, roots: list[str]) -> tuple[list[dict], dict]:
                                                             for x in logits)).hexdigest()[:16]}
         del eng
         return rec.calls, summary
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def first_difference(base: list[dict], other: list[dict]) -> dict | None:
