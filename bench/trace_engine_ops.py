@@ -69,21 +69,24 @@ def digest(t) -> str:
     return hashlib.sha256(x.contiguous().cpu().numpy().tobytes()).hexdigest()[:16] + f":{tuple(t.shape)}"
 
 
-def tensors(obj, prefix: str = ""):
-    """(label, tensor) pairs inside args / outputs: tensors, tuples, lists, dicts, dataclass-like objects."""
+def tensors(obj, prefix: str = "", depth: int = 4):
+    """(label, tensor) pairs inside args / outputs: tensors, tuples, lists, dicts, dataclass-like objects (at most
+    `depth` levels down: an argument object may point back into the engine)."""
     import torch
 
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
+    elif depth <= 0:
+        return
     elif isinstance(obj, (tuple, list)):
         for i, v in enumerate(obj):
-            yield from tensors(v, f"{prefix}[{i}]")
+            yield from tensors(v, f"{prefix}[{i}]", depth - 1)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            yield from tensors(v, f"{prefix}.{k}")
+            yield from tensors(v, f"{prefix}.{k}", depth - 1)
     elif hasattr(obj, "__dict__") and not isinstance(obj, (types.ModuleType, type)) and not callable(obj):
         for k, v in vars(obj).items():
-            yield from tensors(v, f"{prefix}.{k}")
+            yield from tensors(v, f"{prefix}.{k}", depth - 1)
 
 
 class Recorder:
