@@ -85,6 +85,18 @@ def run(path: str) -> None:
     os.environ[gdn.FUSED_NORM_ENV] = "1"   # the norm in the output pass's epilogue (read per call)
     out["gdn_prefill_fused_norm"] = gdn.gdn_prefill(qg, kg, vg, a, b, A_log, dt_bias, s_fused, gate=gate)
     del os.environ[gdn.FUSED_NORM_ENV]
+    # the decode-path launches (session 33: the convert moved the 27B engine's short-prompt + decode logits while every
+    # prefill-shaped family above agreed): the GDN decode kernel at B 1 and 4, one-row norms, RoPE at T 1
+    for B in (1, 4):
+        dq, dk, dv = randn(B, Hk, D), randn(B, Hk, D), randn(B, Hv, D)
+        dstate_g = (torch.randn(B, Hv, D, D, generator=gen) * 0.3).cuda()
+        out[f"gdn_decode_b{B}"] = gdn.gdn_decode(dq, dk, dv, randn(B, Hv, scale=2), randn(B, Hv, scale=2), A_log,
+                                                 dt_bias, dstate_g)
+        out[f"gdn_decode_b{B}_state"] = dstate_g
+    out["rms_norm_row"] = norm.rms_norm(x[:1], w, 1e-6, True)
+    out["add_rms_norm_row"] = norm.add_rms_norm(x[:1], res[:1], w, 1e-6, True).out
+    out["gated_rms_norm_row"] = gnorm.gated_rms_norm(randn(1, 48, 128), z[:1], randn(128, scale=0.3), 1e-6)
+    out["qk_norm_rope_row"] = rope.qk_norm_rope(q[:1], randn(256, scale=0.1), pos[:1], inv, 1e-6)
     out["final_norm_logits"] = logits.final_norm_logits(randn(3, 5120, scale=3), randn(5120, scale=0.1),
                                                         randn(4096, 5120, scale=0.02), 1e-6)
     qweight = torch.randint(0, 256, (512, 1024), generator=gen, dtype=torch.uint8).cuda()
