@@ -4,9 +4,10 @@
 # .scratch/COMMIT (`git rev-parse HEAD > .scratch/COMMIT` here) carried; results go under $OUT/<step>.
 #
 #   tools/device_checks.sh tests     # pytest -m gpu over tests/kernels, tests/engine, tests/llama, tests/cells (xdist)
-#   tools/device_checks.sh tests-new # the last session's new / changed GPU tests (s32: every GDN GPU test with the
-#                                    # correlated-keys tail, the stacked SwiGLU tile; the fp16 prep's head-dim map;
-#                                    # random shapes at 6 seeds)
+#   tools/device_checks.sh tests-new # the last sessions' new / changed GPU tests (s33: the rounding probe with the
+#                                    # decode-path launches, the stacked tile as the default; s32: every GDN GPU test
+#                                    # with the correlated-keys tail; the fp16 prep's head-dim map; random shapes at
+#                                    # 6 seeds)
 #   tools/device_checks.sh attn-gluon  # the Gluon prefill attention: GPU test under a watchdog, kernel rows (~3 min;
 #                                    # ROWS_ONLY=1: the rows alone);
 #                                    # then TTFT_AB=MODELD_ATTN_PREFILL=gluon,MODELD_ATTN_PREFILL=gluon-pingpong ttft
@@ -70,7 +71,8 @@ case "$step" in
       --junitxml="$OUT/$step/pytest.xml" 2>&1 | grep --line-buffered -v -i warning
     ;;
   tests-new)
-    # the new / changed GPU tests of the last session (s32: every GDN GPU test, check_correlated's counted tail; the
+    # the new / changed GPU tests of the last sessions (s33: test_rounding's probe with the decode-path launches; the
+    # stacked SwiGLU tile against the TMA tile it replaced; s32: every GDN GPU test, check_correlated's counted tail; the
     # engine's GDN candidates; the stacked SwiGLU tile and the GEMM variants) over xdist workers; then the fp16 prep's
     # head-dim map, one process per id (s30: an illegal memory
     # access at the tiny preset's Dk = Dv = 32 poisons the CUDA context of its process), and
